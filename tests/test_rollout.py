@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from ragen_lib import models
+from ragen_lib.config import RolloutConfig
+from ragen_lib.envs import REGISTRY, make
+from ragen_lib.rollout import Episode, collect
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return models.load(models.TINY_RANDOM, device="cpu")
+
+
+@pytest.mark.parametrize("env_name", sorted(REGISTRY))
+def test_tiny_random_rollout_end_to_end(tiny, env_name):
+    model, tok = tiny
+    cfg = RolloutConfig(max_new_tokens=12, max_turns=2)
+    batch = collect(model, tok, env_name, seeds=[3, 4], group_size=2, cfg=cfg, sample_seed=0)
+    B = 4
+    assert len(batch) == B and batch.input_ids.shape == batch.loss_mask.shape
+    assert batch.group_ids.tolist() == [0, 0, 1, 1] and batch.seeds == [3, 3, 4, 4]
+    for b in range(B):
+        ids, mask = batch.input_ids[b], batch.loss_mask[b].bool()
+        # The loss mask decoded back is exactly the text the model generated, turn after turn.
+        assert tok.decode(ids[mask]) == "".join(batch.responses[b])
+        assert 1 <= batch.num_turns[b] <= 2
+        assert batch.rewards[b].item() == pytest.approx(sum(batch.turn_rewards[b]))
+        # The trajectory reward sits on the last generated token and nowhere else.
+        last = mask.nonzero().max()
+        assert batch.token_rewards[b, last].item() == pytest.approx(batch.rewards[b].item())
+        assert batch.token_rewards[b].abs().sum().item() == pytest.approx(abs(batch.rewards[b].item()))
+        assert not (batch.terminated[b] and batch.truncated[b])
+        assert batch.success[b] <= batch.terminated[b]
+        assert (batch.loss_mask[b] <= batch.attention_mask[b]).all()
+    assert 0.0 <= batch.format_valid_rate <= 1.0
+
+
+def test_the_mask_holds_generated_tokens_of_every_turn_and_no_prompt_token(tiny):
+    model, tok = tiny
+    batch = collect(model, tok, "sokoban", seeds=[0], group_size=1,
+                    cfg=RolloutConfig(max_new_tokens=8, max_turns=3, stop_at_answer=False), sample_seed=1)
+    ids, mask = batch.input_ids[0], batch.loss_mask[0].bool()
+    assert batch.num_turns[0] == 3  # a random model never finishes the level
+    # Every user turn (its text rendered by the chat template) lies outside the mask.
+    prompt_text = tok.decode(ids[~mask & batch.attention_mask[0].bool()])
+    for m in batch.messages[0]:
+        if m["role"] == "user":
+            assert m["content"] in prompt_text
+    assert mask.sum() == 3 * 8  # no stop string: each of the 3 turns generates its 8 tokens
+
+
+def test_same_seed_same_batch_and_greedy_ignores_the_seed(tiny):
+    model, tok = tiny
+    cfg = RolloutConfig(max_new_tokens=10, max_turns=2)
+    a = collect(model, tok, "frozenlake", seeds=[1, 2], group_size=2, cfg=cfg, sample_seed=5)
+    b = collect(model, tok, "frozenlake", seeds=[1, 2], group_size=2, cfg=cfg, sample_seed=5)
+    c = collect(model, tok, "frozenlake", seeds=[1, 2], group_size=2, cfg=cfg, sample_seed=6)
+    assert torch.equal(a.input_ids, b.input_ids)
+    assert not torch.equal(a.input_ids, c.input_ids)
+    greedy = RolloutConfig(max_new_tokens=10, max_turns=2, temperature=0.0)
+    g1 = collect(model, tok, "frozenlake", seeds=[1], group_size=2, cfg=greedy, sample_seed=5)
+    g2 = collect(model, tok, "frozenlake", seeds=[1], group_size=2, cfg=greedy, sample_seed=6)
+    assert torch.equal(g1.input_ids, g2.input_ids)
+    assert torch.equal(g1.input_ids[0], g1.input_ids[1])  # a group shares its initial state
+
+
+@pytest.mark.parametrize("env_name", ["bandit", "sokoban", "frozenlake", "webshop"])
+def test_expert_answers_through_the_text_protocol(env_name):
+    """Feeding the scripted expert's actions as well-formed answers reaches the goal: the prompt,
+    parser and budgets do not get in the way of a competent agent."""
+    wins = 0
+    for seed in range(10):
+        env = make(env_name, **({"is_slippery": False} if env_name == "frozenlake" else {}))
+        ep = Episode(env, seed=seed, cfg=RolloutConfig(max_turns=10, max_actions_per_episode=40))
+        while not ep.done:
+            ep.step(f"<think>the expert knows</think><answer>{env.expert_action()}</answer>")
+        assert all(t.parsed.format_valid for t in ep.turns)
+        wins += ep.success
+    assert wins == 10

