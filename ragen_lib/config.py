@@ -1,11 +1,18 @@
 """Run configuration: frozen dataclasses, one per concern, each field documented where declared.
 
-(The training issue adds Model/Algo/Train configs, YAML loading and the config hash here.)
+`from_dict` / `load` build a `Config` from YAML plus dotted overrides; `Config.hash()` names runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+import difflib
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,9 @@ class RolloutConfig:
     """`<think>…</think><answer>…</answer>` when True; `<answer>…</answer>` only (no-think) when False."""
     format_penalty: float = -0.1
     """Added to a turn's reward when its answer is malformed or has an invalid action (RAGEN: -0.1)."""
+    format_reward: float = 0.0
+    """Added to a turn's reward when its answer is well-formed (a reasoning-aware shaping term;
+    RAGEN: 0). Never counted in success."""
     max_context_tokens: int = 8192
     """An episode whose next prompt plus `max_new_tokens` would exceed this is truncated."""
 
@@ -40,3 +50,263 @@ class RolloutConfig:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
             raise ValueError(f"rollout.temperature must be >= 0 (0 is greedy), got {self.temperature}")
+
+
+# --------------------------------------------------------------------------------------------
+# The training configuration. One dataclass per concern; `Config` holds them and is what a run
+# saves, hashes and reloads. The algorithm's name selects a preset (ALGO_PRESETS) that fills the
+# fields the YAML does not set, so "starpo-s" means the paper's StarPO-S without spelling it out.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str | None = None
+    """"smollm2-135m-instruct" (embedded), "tiny-random", a .gguf path, a folder or a hub id.
+    None: RAGEN_MODEL or the embedded model."""
+    device: str | None = None
+    """None: cuda when available, else cpu."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: str = "bandit"
+    """A registered env (see `ragen_lib.envs.REGISTRY`)."""
+    kwargs: dict = field(default_factory=dict)
+    """Field overrides passed to `envs.make(name, **kwargs)`."""
+    eval_envs: tuple[str, ...] = ()
+    """Extra envs validated alongside the training env (generalisation, e.g. bandit-rev)."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    name: str = "starpo-ppo"
+    """starpo-ppo | starpo-grpo | starpo-s | apo; the preset fills the fields below."""
+    advantage: str = "gae"
+    """gae (critic) | grpo (group-normalised trajectory reward) | apo (r - V*)."""
+    critic: bool = True
+    """A value head on a copy of the base model (StarPO-PPO, StarPO-S)."""
+    gamma: float = 1.0
+    """GAE discount over policy tokens (RAGEN: 1)."""
+    lam: float = 1.0
+    """GAE lambda (RAGEN: 1)."""
+    grpo_scale: bool = True
+    """GRPO: divide by the group std (True) or only subtract the group mean (False)."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (eps_low)."""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1 (eps_high); StarPO-S "clip-higher": 0.28."""
+    value_clip: float = 0.5
+    """Clip of the critic's update around its old value."""
+    kl_coef: float = 0.001
+    """KL to the reference policy; 0 removes it (StarPO-S). KL is still logged."""
+    kl_estimator: str = "k1"
+    """k1 | k2 | k3 (Schulman's estimators)."""
+    kl_in_reward: bool = True
+    """True: -kl_coef·KL is a per-token reward (PPO). False: a loss term (GRPO)."""
+    entropy_coef: float = 0.001
+    """Entropy bonus on generated tokens."""
+    filter_keep: float = 1.0
+    """Uncertainty filter: fraction of groups kept by the std of their raw rewards (StarPO-S: 0.25)."""
+    filter_mode: str = "top"
+    """top (highest std, StarPO-S) | bottom | random (the controls)."""
+    reasoning_lambda: float = 0.0
+    """Weight of the reasoning–action consistency bonus: A = z(env) + λ·z(reasoning) (report: 0.4)."""
+    apo_beta1: float = 0.5
+    """A*-PO stage 1 temperature: V* = β1·(logsumexp(r/β1) − ln N)."""
+    apo_beta2: float = 1e-3
+    """A*-PO stage 2 scale of the log-ratio regressed onto r − V*."""
+    apo_ref_samples: int = 8
+    """A*-PO stage 1: reference samples per initial state."""
+    apo_prompt_pool: int = 256
+    """A*-PO: the fixed set of training initial states whose V* is estimated offline."""
+    apo_refresh_every: int = 0
+    """Re-estimate V* with the current policy every K steps (0: never, as released)."""
+    apo_adaptive: bool = False
+    """Spend stage-1 samples preferentially on high-variance states (StarPO-S's filter idea)."""
+
+    def __post_init__(self):
+        _choice("algo.name", self.name, tuple(ALGO_PRESETS))
+        _choice("algo.advantage", self.advantage, ("gae", "grpo", "apo"))
+        _choice("algo.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
+        _choice("algo.filter_mode", self.filter_mode, ("top", "bottom", "random"))
+        if self.advantage == "gae" and not self.critic:
+            raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
+        if not 0 < self.filter_keep <= 1:
+            raise ValueError(f"algo.filter_keep must be in (0, 1], got {self.filter_keep}")
+        if self.clip_low < 0 or self.clip_high < 0:
+            raise ValueError("algo.clip_low and algo.clip_high must be >= 0")
+
+
+ALGO_PRESETS: dict[str, dict] = {
+    # Vanilla StarPO with a critic: KL 0.001 (k1) in the reward, symmetric clip 0.2.
+    "starpo-ppo": {"advantage": "gae", "critic": True},
+    # GRPO: group mean/std-normalised trajectory reward, KL as a loss term, no critic.
+    "starpo-grpo": {"advantage": "grpo", "critic": False, "kl_in_reward": False},
+    # StarPO-S: keep the top 25% of groups by reward std, no KL, clip-higher, critic kept.
+    "starpo-s": {"advantage": "gae", "critic": True, "filter_keep": 0.25, "kl_coef": 0.0,
+                 "clip_high": 0.28},
+    # A*-PO as released: no critic, no KL, no clipping (the regression loss has no ratio).
+    "apo": {"advantage": "apo", "critic": False, "kl_coef": 0.0},
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200
+    """Rollout–update iterations (RAGEN: 200)."""
+    groups: int = 8
+    """P: initial states per step (a group shares its seed)."""
+    group_size: int = 16
+    """N: rollouts per initial state. A*-PO uses one sample per state in stage 2."""
+    mini_batch_size: int = 32
+    """Episodes per optimizer step."""
+    micro_batch_size: int = 8
+    """Episodes per forward/backward (gradient accumulation inside a mini-batch)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    rollout_reuse: int = 1
+    """Updates per rollout batch (the freshness study: 1, 2, 5, 10)."""
+    actor_lr: float = 1e-6
+    critic_lr: float = 1e-5
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    """Max global grad norm; a non-finite norm skips the optimizer step (counted)."""
+    seed: int = 0
+    """Seeds initial states, sampling and the filter; a resumed run replays the same numbers."""
+    val_every: int = 10
+    """Validate every k steps (and at the last step); 0 disables."""
+    val_size: int = 256
+    """Fixed validation initial states (RAGEN: 256)."""
+    val_temperature: float = 0.5
+    checkpoint_every: int = 10
+    samples_every: int = 10
+    """Write full trajectories to samples.jsonl every k steps (the echo-trap tables)."""
+    samples_per_step: int = 4
+    warmup: str = "none"
+    """Format warm-up before RL: none | self (rejection-sample own valid answers) | expert (BC)."""
+    warmup_steps: int = 20
+    warmup_lr: float = 1e-5
+    warmup_episodes: int = 64
+    """Expert episodes (expert) or sampled prompts per round (self) used by the warm-up."""
+
+    def __post_init__(self):
+        _choice("train.warmup", self.warmup, ("none", "self", "expert"))
+        for name in ("steps", "groups", "group_size", "mini_batch_size", "micro_batch_size",
+                     "ppo_epochs", "rollout_reuse"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return _plain(asdict(self))
+
+    def hash(self) -> str:
+        """Stable across processes and machines: sha256 of the canonical JSON, 12 hex chars."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+SECTIONS = {"model": ModelConfig, "env": EnvConfig, "rollout": RolloutConfig, "algo": AlgoConfig,
+            "train": TrainConfig}
+
+
+def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) -> Config:
+    """Build a Config from nested dicts plus dotted overrides ({"algo.clip_high": 0.28} or
+    ["algo.clip_high=0.28"]). Unknown sections or keys raise ValueError listing the valid ones.
+    The algo preset fills only the algo fields that neither `d` nor `overrides` set."""
+    d = copy.deepcopy(d or {})
+    for key, value in _parse_overrides(overrides).items():
+        section, _, leaf = key.partition(".")
+        if not leaf:
+            raise ValueError(f"override {key!r} must look like section.field, e.g. algo.clip_high")
+        _check_keys("", {section: None}, SECTIONS)
+        d.setdefault(section, {})
+        if not isinstance(d[section], dict):
+            raise ValueError(f"config section {section!r} must be a mapping")
+        d[section][leaf] = value
+    _check_keys("", d, SECTIONS)
+    parts = {}
+    for section, cls in SECTIONS.items():
+        given = dict(d.get(section) or {})
+        names = {f.name: f for f in fields(cls)}
+        _check_keys(section + ".", given, names)
+        if cls is AlgoConfig:
+            preset = ALGO_PRESETS.get(given.get("name", AlgoConfig.name))
+            if preset is None:
+                _choice("algo.name", given.get("name"), tuple(ALGO_PRESETS))
+            given = {**preset, **given}
+        parts[section] = cls(**{k: _coerce(names[k], v) for k, v in given.items()})
+    return Config(**parts)
+
+
+def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
+    """Read a YAML config (sections model/env/rollout/algo/train) and apply dotted overrides."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the top level must be a mapping of sections {list(SECTIONS)}")
+    return from_dict(data, overrides)
+
+
+def save(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def _choice(name: str, value, valid: tuple) -> None:
+    if value not in valid:
+        raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, valid))}")
+
+
+def _check_keys(prefix: str, given: dict, valid) -> None:
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        close = {u: difflib.get_close_matches(u, list(valid), n=1) for u in unknown}
+        hints = "; ".join(f"{prefix}{u}" + (f" (did you mean {prefix}{c[0]}?)" if c else "")
+                          for u, c in close.items())
+        raise ValueError(f"unknown config key(s): {hints}. Valid keys: "
+                         f"{', '.join(prefix + k for k in valid)}")
+
+
+def _parse_overrides(overrides) -> dict:
+    if overrides is None:
+        return {}
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    out = {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} must look like key=value, e.g. algo.clip_high=0.28")
+        out[key.strip()] = yaml.safe_load(text)  # "0.28" -> float, "true" -> bool, "[a, b]" -> list
+    return out
+
+
+def _coerce(f, value):
+    """YAML gives lists where the dataclass wants tuples, and ints where it wants floats."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, int) and not isinstance(value, bool) and "float" in str(f.type) \
+            and "int" not in str(f.type):
+        return float(value)
+    return value
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x

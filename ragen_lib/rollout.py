@@ -25,7 +25,7 @@ class TurnRecord:
     response: str
     parsed: ParsedTurn
     env_reward: float  # summed over the actions executed this turn
-    penalty: float  # format penalty (0 or RolloutConfig.format_penalty)
+    penalty: float  # format term: RolloutConfig.format_reward if well-formed, else .format_penalty
     executed: list[str]
 
     @property
@@ -76,7 +76,7 @@ class Episode:
                 self.terminated, self.truncated = terminated, truncated and not terminated
                 self.success = bool(terminated and info.get("success", False))
                 break
-        penalty = 0.0 if parsed.format_valid else self.cfg.format_penalty
+        penalty = self.cfg.format_reward if parsed.format_valid else self.cfg.format_penalty
         self.turns.append(TurnRecord(response, parsed, env_reward, penalty, executed))
         self.messages.append({"role": "assistant", "content": response})
         if not self.terminated and (len(self.turns) >= self.max_turns or self.actions_left <= 0):
@@ -109,6 +109,7 @@ class RolloutBatch:
     responses: list[list[str]]  # per episode, per turn: the decoded generated text
     messages: list[list[dict]]  # the full chat of each episode
     thinks: list[list[str]] = field(default_factory=list)  # parsed <think> text per turn
+    actions: list[list[list[str]]] = field(default_factory=list)  # actions executed, per turn
 
     @property
     def format_valid_rate(self) -> float:
@@ -235,4 +236,5 @@ def _to_batch(episodes, tracks, responses, group_size, pad) -> RolloutBatch:
         responses=responses,
         messages=[e.messages for e in episodes],
         thinks=[[t.parsed.think for t in e.turns] for e in episodes],
+        actions=[[t.executed for t in e.turns] for e in episodes],
     )

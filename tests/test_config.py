@@ -1,0 +1,56 @@
+import pytest
+
+from ragen_lib import config
+from ragen_lib.config import Config, from_dict
+
+
+def test_presets_fill_only_unset_fields():
+    s = from_dict({"algo": {"name": "starpo-s"}})
+    assert (s.algo.filter_keep, s.algo.kl_coef, s.algo.clip_low, s.algo.clip_high, s.algo.critic) == \
+        (0.25, 0.0, 0.2, 0.28, True)
+    mine = from_dict({"algo": {"name": "starpo-s", "filter_keep": 0.5}})
+    assert mine.algo.filter_keep == 0.5 and mine.algo.kl_coef == 0.0
+    g = from_dict({"algo": {"name": "starpo-grpo"}})
+    assert (g.algo.advantage, g.algo.critic, g.algo.kl_in_reward) == ("grpo", False, False)
+
+
+def test_dotted_overrides_parse_yaml_scalars():
+    c = from_dict({}, ["algo.clip_high=0.28", "train.steps=3", "rollout.enable_think=false",
+                       "env.eval_envs=[bandit-rev]"])
+    assert c.algo.clip_high == 0.28 and c.train.steps == 3 and c.rollout.enable_think is False
+    assert c.env.eval_envs == ("bandit-rev",)
+    assert from_dict({}, {"train.seed": 4}).train.seed == 4
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"algo": {"clip_hihg": 0.3}}, ["algo.clip_hihg", "did you mean algo.clip_high", "algo.clip_low"]),
+    ({"trian": {}}, ["trian", "did you mean train", "rollout"]),
+    ({"algo": {"name": "ppo2"}}, ["ppo2", "starpo-s", "apo"]),
+    ({"algo": {"name": "starpo-grpo", "advantage": "gae"}}, ["critic"]),
+    ({"train": {"warmup": "sft"}}, ["none", "self", "expert"]),
+])
+def test_bad_keys_and_values_name_the_valid_ones(bad, words):
+    with pytest.raises(ValueError) as e:
+        from_dict(bad)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_override_without_equals_sign_says_how():
+    with pytest.raises(ValueError, match="key=value"):
+        from_dict({}, ["algo.clip_high"])
+
+
+def test_hash_is_stable_and_round_trips(tmp_path):
+    a = from_dict({"algo": {"name": "apo"}}, ["train.steps=5"])
+    path = tmp_path / "c.yaml"
+    config.save(a, path)
+    b = config.load(path)
+    assert a == b and a.hash() == b.hash()
+    assert a.hash() != from_dict({"algo": {"name": "apo"}}, ["train.steps=6"]).hash()
+    assert Config().hash() == from_dict({}).hash()
+
+
+def test_missing_file_is_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        config.load(tmp_path / "nope.yaml")
