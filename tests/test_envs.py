@@ -1,0 +1,287 @@
+"""Env rules on hand-made boards, the experts, determinism, and the registry's errors."""
+
+import numpy as np
+import pytest
+
+from ragen_lib.envs import REGISTRY, env_fields, make
+from ragen_lib.envs.bandit import VARIANTS, BanditEnv
+from ragen_lib.envs.frozenlake import FrozenLakeEnv
+from ragen_lib.envs.sokoban import SokobanEnv
+from ragen_lib.envs.webshop import WebShopEnv, catalogue, eval_seeds
+
+
+def play_expert(env, limit=200):
+    total, info = 0.0, {}
+    for _ in range(limit):
+        _, r, term, trunc, info = env.step(env.expert_action())
+        total += r
+        if term or trunc:
+            return total, term, info
+    return total, False, info
+
+
+# --- registry ------------------------------------------------------------------------------
+def test_unknown_env_and_field_list_the_valid_ones():
+    with pytest.raises(ValueError, match="sokoban-large"):
+        make("sokobann")
+    with pytest.raises(ValueError, match="dim_room"):
+        make("sokoban", dim_rom=(5, 5))
+    assert env_fields("sokoban-large")["num_boxes"] == 2
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_env_is_deterministic_given_the_seed(name):
+    def trajectory(seed):
+        env = make(name)
+        obs, _ = env.reset(seed=seed)
+        out = [obs]
+        for _ in range(4):
+            obs, r, term, trunc, _ = env.step(env.expert_action())
+            out.append((obs, r))
+            if term or trunc:
+                break
+        return out
+
+    assert trajectory(5) == trajectory(5)
+    assert len({str(trajectory(s)[0]) for s in range(20)}) > 1
+
+
+@pytest.mark.parametrize("name", ["sokoban", "frozenlake", "bandit"])
+def test_unknown_action_lists_valid_actions(name):
+    env = make(name)
+    env.reset(seed=0)
+    with pytest.raises(ValueError) as e:
+        env.step("Jump")
+    assert all(a in str(e.value) for a in env.actions)
+
+
+# --- Sokoban -------------------------------------------------------------------------------
+def test_sokoban_push_into_wall_does_not_move():
+    env = SokobanEnv.from_text("#####\n#PX##\n#__O#\n#####")
+    obs, r, term, *_ = env.step("Right")
+    assert obs.splitlines()[1] == "#PX##" and r == pytest.approx(-0.1) and not term
+
+
+def test_sokoban_box_onto_and_off_target():
+    two = SokobanEnv.from_text("#######\n#PXO__#\n#_X__O#\n#######")
+    _, r, term, *_ = two.step("Right")  # first box onto its target, the other still off
+    assert r == pytest.approx(-0.1 + 1) and not term
+    assert two.render().splitlines()[1] == "#_P√__#"
+    _, r, *_ = two.step("Right")  # push it further, off the target
+    assert r == pytest.approx(-0.1 - 1)
+    assert two.render().splitlines()[1] == "#__SX_#"  # player now stands on the target
+
+
+def test_sokoban_solving_pays_ten_and_ends():
+    env = SokobanEnv.from_text("#####\n#PXO#\n#___#\n#####")
+    obs, r, term, trunc, info = env.step("Right")
+    assert r == pytest.approx(-0.1 + 1 + 10) and term and not trunc and info["success"]
+    assert obs.splitlines()[1] == "#_P√#"
+
+
+def test_sokoban_box_cannot_push_box():
+    env = SokobanEnv.from_text("######\n#PXX_#\n#_OO_#\n######")
+    _, _, _, _, info = env.step("Right")
+    assert not info["action_effective"] and env.render().splitlines()[1] == "#PXX_#"
+
+
+def test_sokoban_expert_solves_200_levels():
+    for seed in range(200):
+        env = SokobanEnv()
+        env.reset(seed=seed)
+        total, term, info = play_expert(env)
+        assert term and info["success"], f"seed {seed}"
+
+
+def test_sokoban_large_two_boxes_solved():
+    for seed in range(20):
+        env = make("sokoban-large")
+        env.reset(seed=seed)
+        assert len(env.boxes) == 2
+        _, term, info = play_expert(env)
+        assert term and info["success"], f"seed {seed}"
+
+
+def test_sokoban_newvocab_uses_only_its_symbols():
+    env = make("sokoban-newvocab")
+    obs, _ = env.reset(seed=1)
+    assert set(obs.replace("\n", "")) <= set("B.T*CA@")
+    assert "B Wall" in env.instructions
+
+
+# --- FrozenLake ----------------------------------------------------------------------------
+def test_frozenlake_hole_goal_and_border():
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    obs, r, term, _, info = env.step("Right")
+    assert obs.splitlines()[0] == "_X" and term and r == 0 and not info["success"]
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    env.step("Down")
+    obs, r, term, _, info = env.step("Right")
+    assert obs.splitlines()[1] == "_√" and r == 1 and term and info["success"]
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    obs, *_ = env.step("Up")
+    assert obs.splitlines()[0] == "PO"
+
+
+def test_frozenlake_slip_frequencies():
+    # 3000 draws: the std of a 1/3 frequency is 0.0086, so ±0.04 is over 4 sigma.
+    env = FrozenLakeEnv.from_text("____\n_P__\n____\n___G")
+    env.np_random = np.random.default_rng(0)
+    counts = {}
+    for _ in range(3000):
+        env.pos = (1, 1)
+        _, _, _, _, info = env.step("Down")
+        counts[info["actual"]] = counts.get(info["actual"], 0) + 1
+    assert set(counts) == {"Down", "Left", "Right"}  # never the opposite direction
+    for a in ("Down", "Left", "Right"):
+        assert counts[a] / 3000 == pytest.approx(1 / 3, abs=0.04)
+
+
+def test_frozenlake_not_slippery_always_intended():
+    env = FrozenLakeEnv(is_slippery=False)
+    env.reset(seed=0)
+    for _ in range(50):
+        env.pos = (1, 1)
+        assert env.step("Right")[4]["actual"] == "Right"
+
+
+def test_frozenlake_maps_solvable_and_expert_solves_nonslippery():
+    for seed in range(300):
+        env = FrozenLakeEnv(is_slippery=False)
+        env.reset(seed=seed)
+        _, term, info = play_expert(env)
+        assert term and info["success"], f"seed {seed}"
+
+
+def test_frozenlake_slippery_expert_beats_random():
+    rng = np.random.default_rng(0)
+    wins = {"expert": 0, "random": 0}
+    for seed in range(300):
+        for who in wins:
+            env = FrozenLakeEnv()
+            env.reset(seed=seed)
+            for _ in range(100):
+                a = env.expert_action() if who == "expert" else env.actions[int(rng.integers(4))]
+                _, _, term, trunc, info = env.step(a)
+                if term or trunc:
+                    wins[who] += info["success"]
+                    break
+    assert wins["expert"] > 2 * wins["random"], wins
+
+
+def test_frozenlake_bad_arguments():
+    with pytest.raises(ValueError, match="p_frozen"):
+        FrozenLakeEnv(p_frozen=0)
+
+
+# --- Bandit --------------------------------------------------------------------------------
+def test_bandit_order_shuffled_but_seeded():
+    orders = {BanditEnv().reset(seed=s)[0] for s in range(50)}
+    assert len(orders) == 2
+    assert BanditEnv().reset(seed=3) == BanditEnv().reset(seed=3)
+
+
+def test_bandit_payouts_and_success():
+    env = BanditEnv()
+    env.reset(seed=0)
+    high = [env.step("Dragon")[1] for _ in range(4000)]
+    assert np.mean(high) == pytest.approx(0.25, abs=0.03) and set(high) == {0.0, 1.0}
+    _, r, term, _, info = env.step("Phoenix")
+    assert r == 0.15 and term and not info["success"]
+    assert env.step("Dragon")[4]["success"]
+
+
+@pytest.mark.parametrize("variant, high", [("bandit", "Dragon"), ("bandit-heldout", "Librarian"),
+                                           ("bandit-rev", "Phoenix")])
+def test_bandit_variants(variant, high):
+    env = BanditEnv(**VARIANTS[variant])
+    env.reset(seed=0)
+    assert env.expert_action() == high
+    assert env.parse_action(high.lower()) == high
+    assert high in env.instructions
+
+
+def test_bandit_names_must_differ():
+    with pytest.raises(ValueError, match="differ"):
+        BanditEnv(low_risk_name="Dragon", high_risk_name="dragon")
+
+
+# --- WebShop-lite --------------------------------------------------------------------------
+def test_webshop_catalogue():
+    items = catalogue()
+    assert len(items) == 96 and items == catalogue()
+    assert len({(p["colour"], p["size"], p["category"]) for p in items}) == 96
+    assert all(20 <= p["price"] <= 150 for p in items)
+
+
+def shop(seed=0):
+    env = WebShopEnv()
+    env.reset(seed=seed)
+    return env
+
+
+def product(env, **attrs):
+    g = env.goal
+    want = {"colour": g["colour"], "size": g["size"], "category": g["category"], **attrs}
+    return next(p for p in env.products if all(p[k] == v for k, v in want.items()))
+
+
+def test_webshop_reward_tiers():
+    env = shop()
+    right = product(env)
+    _, r, term, _, info = env.step(f"buy:{right['id']}")
+    assert r == 1.0 and term and info["success"]
+
+    env = shop()
+    other = next(c for c in ("black", "white", "red") if c != env.goal["colour"])
+    wrong_colour = product(env, colour=other)
+    _, r, _, _, info = env.step(f"buy:{wrong_colour['id']}")
+    assert 0.5 <= r <= 0.8 and r < 1 and not info["success"]
+
+    env = shop()
+    g = env.goal
+    nothing = next(p for p in env.products if p["colour"] != g["colour"] and p["size"] != g["size"]
+                   and p["category"] != g["category"] and p["price"] > g["cap"])
+    assert env.step(f"buy:{nothing['id']}")[1] == 0.5
+
+    env = shop()
+    env.goal["cap"] = right["price"] - 1  # same product, now over the cap: a mismatch
+    assert env.step(f"buy:{right['id']}")[1] == pytest.approx(0.8)
+
+
+def test_webshop_search_and_click():
+    env = shop(1)
+    g = env.goal
+    obs, r, term, _, info = env.step(f"search:{g['colour']} {g['size']} {g['category']}")
+    lines = obs.splitlines()[2:]
+    assert 1 <= len(lines) <= 5 and info["progress"] and not term and r == 0
+    pid = lines[0].split(":")[0]
+    obs, *_ = env.step(f"click:{pid}")
+    assert f"Page: product {pid}" in obs and "Price: $" in obs
+
+
+@pytest.mark.parametrize("text", ["", "buy:", "buy:zz", "search:", "jump:3", "x" * 10_000, "buy:p0é",
+                                  "click:p99", "search:héllo"])
+def test_webshop_rejects_malformed(text):
+    env = shop()
+    assert env.parse_action(text) is None
+    with pytest.raises(ValueError, match="search:"):
+        env.step(text)
+
+
+def test_webshop_accepts_variants():
+    env = shop()
+    assert env.parse_action("BUY: p03") == "buy:p03"
+    assert env.parse_action("  Search:Red Shoe ") == "search:red shoe"
+
+
+def test_webshop_expert_solves_every_eval_instruction():
+    seeds = eval_seeds()
+    assert seeds == eval_seeds() and len(set(seeds)) == 256
+    for s in seeds:
+        env = shop(s)
+        for n in range(1, 4):
+            _, r, term, _, info = env.step(env.expert_action())
+            if term:
+                break
+        assert info["success"] and r == 1.0 and n <= 3
