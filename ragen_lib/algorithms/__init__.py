@@ -1,0 +1,23 @@
+"""Pure tensor functions behind StarPO, StarPO-S and A*-PO (each unit-tested by hand)."""
+
+from ragen_lib.algorithms.advantages import (
+    gae,
+    grpo_advantages,
+    masked_mean,
+    masked_whiten,
+    mix_reasoning_advantage,
+    zscore,
+)
+from ragen_lib.algorithms.apo import apo_loss, apo_v_star, sequence_logprob
+from ragen_lib.algorithms.filtering import expand_group_mask, select_groups
+from ragen_lib.algorithms.losses import (
+    clipped_policy_loss,
+    clipped_value_loss,
+    entropy_from_logits,
+    kl_penalty,
+    token_logprobs,
+)
+
+__all__ = ["apo_loss", "apo_v_star", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits",
+           "expand_group_mask", "gae", "grpo_advantages", "kl_penalty", "masked_mean", "masked_whiten",
+           "mix_reasoning_advantage", "select_groups", "sequence_logprob", "token_logprobs", "zscore"]

@@ -1,0 +1,268 @@
+"""The run store: one folder per config, written so that a crash loses at most the step in flight.
+
+    <root>/runs/<finding>/<slug>-<hash>/config.yaml     the resolved config
+                                        metrics.jsonl   one line per step, appended atomically
+                                        samples.jsonl   full trajectories every few steps
+                                        ckpt/step_NNNNNN.pt
+                                        DONE            written last (a JSON summary)
+
+A finished run (DONE) is reused; an unfinished one resumes from its newest checkpoint, and the
+metric lines after that checkpoint are dropped first, so re-running those steps duplicates nothing.
+Configs are plain nested dicts here (`Config.to_dict()`), so this module stands alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+
+import yaml
+
+DONE = "DONE"
+
+
+class CorruptRunError(RuntimeError):
+    """A run file cannot be read; the message names the file and what to do."""
+
+
+def config_hash(cfg: dict) -> str:
+    text = json.dumps(cfg, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_dir(root, finding: str, cfg: dict) -> Path:
+    """`<root>/runs/<finding>/<slug>-<hash>`; the slug makes folders readable, the hash unique."""
+    parts = [str(cfg.get("algo", {}).get("name", "")), str(cfg.get("env", {}).get("name", ""))]
+    seed = cfg.get("train", {}).get("seed")
+    slug = "_".join(p for p in parts if p) + (f"_s{seed}" if seed is not None else "")
+    return Path(root) / "runs" / finding / f"{slug or 'run'}-{config_hash(cfg)}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _plain(v):
+    """JSON-ready scalars: torch / numpy numbers become Python floats or ints."""
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return str(v)
+
+
+class Run:
+    def __init__(self, path, cfg: dict):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        cfg_file = self.path / "config.yaml"
+        if cfg_file.exists():
+            saved = yaml.safe_load(cfg_file.read_text())
+            if config_hash(saved) != config_hash(cfg):
+                raise ValueError(f"{cfg_file} holds a different config than this run's; the folder belongs "
+                                 "to another run. Use another root, or delete the folder to start over.")
+        else:
+            _atomic_write(cfg_file, yaml.safe_dump(cfg, sort_keys=False))
+        self._last_step: int | None = None
+
+    # --- status ----------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return (self.path / DONE).exists()
+
+    def mark_done(self, summary: dict | None = None) -> None:
+        _atomic_write(self.path / DONE, json.dumps(_plain(summary or {})))
+
+    # --- metrics and samples ---------------------------------------------------------------
+    def _append(self, name: str, lines: list[dict]) -> None:
+        data = "".join(json.dumps(_plain(x)) + "\n" for x in lines).encode()
+        fd = os.open(self.path / name, os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, data)  # one write: a crash leaves whole lines or a torn tail, never a torn middle
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def log(self, step: int, metrics: dict) -> None:
+        if step <= self.last_step:
+            raise ValueError(f"step {step} already logged in {self.path / 'metrics.jsonl'} "
+                             f"(last step {self.last_step})")
+        self._append("metrics.jsonl", [{"step": step, **metrics}])
+        self._last_step = step
+
+    def log_samples(self, step: int, samples: list[dict]) -> None:
+        self._append("samples.jsonl", [{"step": step, **s} for s in samples])
+
+    def _read(self, name: str) -> list[dict]:
+        path = self.path / name
+        if not path.exists():
+            return []
+        raw = path.read_bytes()
+        complete, newline, tail = raw.rpartition(b"\n")  # tail: an unterminated (torn) last write
+        rows = []
+        for i, line in enumerate(complete.split(b"\n") if newline else []):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise CorruptRunError(
+                    f"{path}, line {i + 1}, is not valid JSON. Remove that line (or everything from it on) "
+                    f"to keep the rest, or delete {self.path} to start the run again.") from None
+        if tail:  # the step in flight when the process died: cut it so the next append starts clean
+            with open(path, "r+b") as f:
+                f.truncate(len(complete) + len(newline))
+        return rows
+
+    def metrics(self) -> list[dict]:
+        return self._read("metrics.jsonl")
+
+    def samples(self) -> list[dict]:
+        return self._read("samples.jsonl")
+
+    @property
+    def last_step(self) -> int:
+        if self._last_step is None:
+            rows = self.metrics()
+            self._last_step = rows[-1]["step"] if rows else -1
+        return self._last_step
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(self, step: int, state: dict, keep: int = 1) -> None:
+        import torch
+
+        ck = self.path / "ckpt"
+        ck.mkdir(exist_ok=True)
+        final = ck / f"step_{step:06d}.pt"
+        tmp = final.with_name(final.name + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, final)
+        for old in sorted(ck.glob("step_*.pt"))[:-keep]:
+            old.unlink()
+
+    def load_checkpoint(self):
+        import torch
+
+        files = sorted((self.path / "ckpt").glob("step_*.pt"))
+        if not files:
+            return None, None
+        newest = files[-1]
+        try:
+            state = torch.load(newest, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise CorruptRunError(f"checkpoint {newest} cannot be read ({type(e).__name__}: {e}). Delete it: "
+                                  "the run then resumes from an older checkpoint or from the start.") from e
+        return int(newest.stem.split("_")[1]), state
+
+    def truncate_after(self, step: int) -> None:
+        """Keep only the lines with step ≤ `step` (atomically), so resumed steps are not doubled."""
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            if (self.path / name).exists():
+                keep = [r for r in self._read(name) if r["step"] <= step]
+                _atomic_write(self.path / name, "".join(json.dumps(r) + "\n" for r in keep))
+        self._last_step = None
+
+    def resume(self):
+        """(step, state) of the newest checkpoint, or (None, None); metrics after it are dropped."""
+        step, state = self.load_checkpoint()
+        self.truncate_after(-1 if step is None else step)
+        return step, state
+
+
+# --- grids ---------------------------------------------------------------------------------
+def set_dotted(cfg: dict, key: str, value) -> dict:
+    out = copy.deepcopy(cfg)
+    node = out
+    parts = key.split(".")
+    for depth, p in enumerate(parts):
+        if not isinstance(node, dict) or p not in node:
+            where = ".".join(parts[:depth]) or "top level"
+            valid = ", ".join(sorted(node)) if isinstance(node, dict) else "(not a section)"
+            raise KeyError(f"unknown config key {key!r}: no {p!r} at {where}; valid keys there: {valid}")
+        if depth == len(parts) - 1:
+            node[p] = value
+        else:
+            node = node[p]
+    return out
+
+
+def expand_grid(base: dict, grid) -> list[dict]:
+    """A dict {dotted key: [values]} gives the cartesian product (keys in the order given); a
+    list of dicts gives one config per dict of overrides."""
+    if isinstance(grid, list):
+        variants = grid
+    else:
+        keys = list(grid)
+        variants = [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+    out = []
+    for overrides in variants:
+        cfg = base
+        for k, v in overrides.items():
+            cfg = set_dotted(cfg, k, v)
+        out.append(copy.deepcopy(cfg))
+    return out
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = str(v) if isinstance(v, (list, tuple, dict)) else v
+    return out
+
+
+def load(root, finding: str | None = None, *, include_running: bool = True):
+    """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns."""
+    import pandas as pd
+
+    base = Path(root) / "runs"
+    folders = sorted(base.glob(f"{finding or '*'}/*/config.yaml"))
+    rows = []
+    for cfg_file in folders:
+        path = cfg_file.parent
+        cfg = yaml.safe_load(cfg_file.read_text())
+        run = Run(path, cfg)
+        if not include_running and not run.done:
+            continue
+        flat = {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
+        for m in run.metrics():
+            rows.append({"run_id": path.name, "finding": path.parent.name, "done": run.done, **m, **flat})
+    if not rows:
+        return pd.DataFrame(columns=["run_id", "finding", "done", "step"])
+    df = pd.DataFrame(rows)
+    return df.replace({None: math.nan}) if df.isna().any().any() else df
+
+
+def run_grid(root, finding: str, cfgs: list[dict], train_fn, *, progress: bool = True) -> list[Path]:
+    """Train every config not already DONE under `<root>/runs/<finding>/`; returns the run folders.
+    `train_fn(cfg_dict, run)` does the work and resumes itself through `run.resume()`."""
+    from tqdm.auto import tqdm
+
+    paths = [run_dir(root, finding, c) for c in cfgs]
+    todo = [(c, p) for c, p in zip(cfgs, paths) if not (p / DONE).exists()]
+    bar = tqdm(todo, desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run", unit="run",
+               disable=not progress or not todo)
+    for cfg, path in bar:
+        try:
+            train_fn(cfg, Run(path, cfg))
+        except BaseException:
+            print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
+            raise
+    return paths

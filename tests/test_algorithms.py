@@ -1,0 +1,202 @@
+"""Every loss and advantage against values worked out by hand (arithmetic in the comments)."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from ragen_lib import algorithms as A
+
+
+def t(*x):
+    return torch.tensor(x, dtype=torch.float)
+
+
+# --- GAE -------------------------------------------------------------------------------------
+def test_gae_skips_observation_tokens_by_hand():
+    # mask [0,1,1,0,1], reward 1 on the last policy token, values at policy tokens .5 .2 .4
+    # γ = λ = 1: A_4 = 1 − .4 = .6; A_2 = (0 + .4 − .2) + .6 = .8; A_1 = (0 + .2 − .5) + .8 = .5
+    mask = t(0, 1, 1, 0, 1)[None]
+    rewards = t(0, 0, 0, 0, 1)[None]
+    values = t(9, .5, .2, 9, .4)[None]  # 9s sit on observation tokens and must be ignored
+    adv, ret = A.gae(rewards, values, mask)
+    assert_close(adv, t(0, .5, .8, 0, .6)[None])
+    assert_close(ret, t(0, 1.0, 1.0, 0, 1.0)[None])  # returns = A + V = 1 everywhere (γ = 1)
+
+
+def test_gae_discount_by_hand():
+    # two policy tokens, γ = .5, λ = .5, V = (1, 2), r = (0, 4):
+    # δ_2 = 4 − 2 = 2; δ_1 = 0 + .5·2 − 1 = 0; A_2 = 2; A_1 = 0 + .25·2 = .5
+    adv, _ = A.gae(t(0, 4)[None], t(1, 2)[None], t(1, 1)[None], gamma=.5, lam=.5)
+    assert_close(adv, t(.5, 2)[None])
+
+
+def _gae_loop(r, v, m, gamma, lam):
+    out = torch.zeros_like(v)
+    for b in range(v.shape[0]):
+        idx = [i for i in range(v.shape[1]) if m[b, i] > 0]
+        run = 0.0
+        for j in reversed(range(len(idx))):
+            i = idx[j]
+            nv = v[b, idx[j + 1]] if j + 1 < len(idx) else 0.0
+            run = r[b, i] + gamma * nv - v[b, i] + gamma * lam * run
+            out[b, i] = run
+    return out
+
+
+@pytest.mark.parametrize("gamma, lam", [(1, 1), (.9, .95), (.5, 0)])
+def test_gae_matches_plain_loop(gamma, lam):
+    g = torch.Generator().manual_seed(0)
+    m = (torch.rand(4, 12, generator=g) > .4).float()
+    r = torch.randn(4, 12, generator=g) * m
+    v = torch.randn(4, 12, generator=g)
+    assert_close(A.gae(r, v, m, gamma, lam)[0], _gae_loop(r, v, m, gamma, lam))
+
+
+def test_whiten_over_mask_only():
+    # masked entries 1, 3 → mean 2, population std 1 → −1, 1; the 100 is ignored
+    out = A.masked_whiten(t(1, 100, 3)[None], t(1, 0, 1)[None])
+    assert_close(out[0, [0, 2]], t(-1, 1), atol=1e-6, rtol=0)
+
+
+# --- GRPO ------------------------------------------------------------------------------------
+def test_grpo_by_hand():
+    # group 1: (1, 0, 0, 1) mean .5, unbiased std sqrt(1/3) = .57735 → ±.866; group 2 constant → 0
+    adv = A.grpo_advantages(t(1, 0, 0, 1, 2, 2, 2, 2), 4, eps=0)
+    s = .5 / math.sqrt(1 / 3)
+    assert_close(adv[:4], t(s, -s, -s, s))
+    assert torch.isfinite(A.grpo_advantages(t(2, 2, 2, 2), 4)).all()
+    assert_close(A.grpo_advantages(t(1, 3), 2, scale=False), t(-1, 1))  # mean only
+    with pytest.raises(ValueError, match="groups of 3"):
+        A.grpo_advantages(t(1, 2, 3, 4), 3)
+
+
+# --- PPO clipped loss --------------------------------------------------------------------------
+def test_policy_loss_at_ratio_one_is_minus_mean_advantage_and_gradient():
+    logp = torch.zeros(1, 3, requires_grad=True)
+    adv, mask = t(1, -2, 5)[None], t(1, 1, 0)[None]
+    loss, stats = A.clipped_policy_loss(logp, torch.zeros(1, 3), adv, mask)
+    assert_close(loss, torch.tensor(.5))  # −(1 − 2)/2
+    loss.backward()
+    assert_close(logp.grad, t(-.5, 1, 0)[None])  # −A/n on policy tokens, 0 elsewhere
+    assert float(stats["clip_frac_low"]) == float(stats["clip_frac_high"]) == 0
+
+
+def test_clip_higher_caps_positive_advantage_and_kills_its_gradient():
+    logp = torch.log(t(1.5))[None].requires_grad_()
+    loss, stats = A.clipped_policy_loss(logp, torch.zeros(1, 1), t(2)[None], t(1)[None], clip_high=.28)
+    assert_close(loss, torch.tensor(-1.28 * 2))
+    loss.backward()
+    assert float(logp.grad) == 0 and float(stats["clip_frac_high"]) == 1
+
+
+def test_decoupled_clips_hit_different_tokens():
+    # ratios .7, 1.25, 1.25 with advantages −1, +1, +1; clip_low .2 (bound .8), clip_high .28 (1.28)
+    # token 1: ρ < .8 and A < 0 → clipped low, loss −min(−.7, −.8) = .8
+    # tokens 2, 3: ρ = 1.25 < 1.28 → not clipped, loss −1.25 each → mean (.8 − 2.5)/3
+    logp = torch.log(t(.7, 1.25, 1.25))[None]
+    loss, s = A.clipped_policy_loss(logp, torch.zeros(1, 3), t(-1, 1, 1)[None], torch.ones(1, 3),
+                                    clip_low=.2, clip_high=.28)
+    assert_close(loss, torch.tensor((.8 - 2.5) / 3))
+    assert_close(s["clip_frac_low"], torch.tensor(1 / 3))
+    assert float(s["clip_frac_high"]) == 0
+    loss2, s2 = A.clipped_policy_loss(logp, torch.zeros(1, 3), t(-1, 1, 1)[None], torch.ones(1, 3))
+    assert_close(s2["clip_frac_high"], torch.tensor(2 / 3))  # symmetric .2 clips them
+
+
+def test_seq_mean_token_mean_aggregation():
+    # row 1: tokens with A 1, 1 → −1; row 2: one token A 4 → −4; seq-mean −2.5, token-mean −2
+    logp = torch.zeros(2, 2)
+    adv, mask = t(1, 1, 4, 0).view(2, 2), t(1, 1, 1, 0).view(2, 2)
+    assert_close(A.clipped_policy_loss(logp, logp, adv, mask, agg="seq-mean-token-mean")[0],
+                 torch.tensor(-2.5))
+    assert_close(A.clipped_policy_loss(logp, logp, adv, mask)[0], torch.tensor(-2.0))
+
+
+def test_value_loss_clip_by_hand():
+    # old .0, new 1.0, return 2, clip .5: unclipped (1−2)² = 1, clipped (.5−2)² = 2.25 → .5·2.25
+    loss = A.clipped_value_loss(t(1)[None], t(0)[None], t(2)[None], t(1)[None], clip=.5)
+    assert_close(loss, torch.tensor(1.125))
+
+
+# --- KL, entropy, log-probs ------------------------------------------------------------------
+def test_kl_estimators_by_hand():
+    # d = log π − log π_ref = ln 2: k1 = .6931, k2 = .2402, k3 = 1/2 − 1 + .6931 = .1931
+    lp, ref = torch.log(t(.5)), torch.log(t(.25))
+    assert_close(A.kl_penalty(lp, ref, "k1"), torch.log(t(2)))
+    assert_close(A.kl_penalty(lp, ref, "k2"), .5 * torch.log(t(2)) ** 2)
+    assert_close(A.kl_penalty(lp, ref, "k3"), t(.5 - 1 + math.log(2)))
+    with pytest.raises(ValueError, match="k3"):
+        A.kl_penalty(lp, ref, "k4")
+
+
+def test_k1_and_k3_average_to_the_true_kl():
+    p, q = t(.7, .3), t(.4, .6)
+    true = float((p * (p / q).log()).sum())
+    x = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(0))
+    lp, lq = p.log()[x], q.log()[x]
+    k3 = A.kl_penalty(lp, lq, "k3")
+    assert (k3 >= 0).all()
+    assert float(A.kl_penalty(lp, lq, "k1").mean()) == pytest.approx(true, abs=0.01)
+    assert float(k3.mean()) == pytest.approx(true, abs=0.01)
+
+
+def test_entropy_uniform_and_onehot():
+    assert_close(A.entropy_from_logits(torch.zeros(3, 8)), torch.full((3,), math.log(8)))
+    assert float(A.entropy_from_logits(t(0, -1e4, -1e4))) == pytest.approx(0, abs=1e-6)
+
+
+def test_token_logprobs_match_loop():
+    g = torch.Generator().manual_seed(1)
+    logits, ids = torch.randn(2, 5, 7, generator=g), torch.randint(0, 7, (2, 5), generator=g)
+    out = A.token_logprobs(logits, ids)
+    for b in range(2):
+        assert out[b, 0] == 0
+        for i in range(1, 5):
+            assert_close(out[b, i], torch.log_softmax(logits[b, i - 1], -1)[ids[b, i]])
+
+
+# --- the uncertainty filter -----------------------------------------------------------------
+def test_select_groups_top_bottom_random():
+    # group stds (population): g0 (0,0) 0; g1 (0,1) .5; g2 (0,4) 2; g3 (1,1) 0
+    r = t(0, 0, 0, 1, 0, 4, 1, 1)
+    assert A.select_groups(r, 2, .5).tolist() == [1, 2]
+    assert A.select_groups(r, 2, .25).tolist() == [2]
+    assert A.select_groups(r, 2, .5, mode="bottom").tolist() == [0, 3]  # tie → lower index first
+    assert A.select_groups(r, 2, .75).tolist() == [0, 1, 2]  # of the zero-std pair, g0 stays
+    rnd = A.select_groups(r, 2, .5, mode="random", generator=torch.Generator().manual_seed(0))
+    assert len(rnd) == 2 and rnd.tolist() == sorted(rnd.tolist())
+    assert A.select_groups(r, 2, .01).numel() == 1  # at least one group
+    assert A.expand_group_mask(torch.tensor([1]), 4, 2).tolist() == [False, False, True, True] + [False] * 4
+    with pytest.raises(ValueError, match="keep_fraction"):
+        A.select_groups(r, 2, 0)
+
+
+# --- A*-PO -----------------------------------------------------------------------------------
+def test_v_star_by_hand_and_limits():
+    # r = (0, 1), β1 = 1: ln((1 + e)/2) = .6201
+    assert_close(A.apo_v_star(t(0, 1)[None], beta1=1.0), t(math.log((1 + math.e) / 2)))
+    r = t(0, .2, 1, .5)[None]
+    assert float(A.apo_v_star(r, beta1=1e-3)) == pytest.approx(1, abs=1e-2)  # → max
+    assert float(A.apo_v_star(r, beta1=1e4)) == pytest.approx(.425, abs=1e-3)  # → mean
+    v = float(A.apo_v_star(r, beta1=.5))
+    assert .425 < v < 1
+
+
+def test_apo_loss_by_hand_and_gradient_sign():
+    # β2 = .1, log-ratio 2 → .2; r − V* = 1 − .5 = .5; residual −.3 → loss .09
+    lp = t(2.0).requires_grad_()
+    loss, stats = A.apo_loss(lp, t(0.0), t(1.0), t(.5), beta2=.1)
+    assert_close(loss, torch.tensor(.09))
+    loss.backward()
+    assert float(lp.grad) < 0  # descending the loss raises log π when r > V* + β2·log-ratio
+    assert_close(A.sequence_logprob(t(1, 2, 3)[None], t(0, 1, 1)[None]), t(5))
+
+
+def test_mix_reasoning_advantage_by_hand():
+    # env (0, 1) → z (−1, 1); reasoning (0, .2) → z (−1, 1); λ = .4 → (−1.4, 1.4)
+    assert_close(A.mix_reasoning_advantage(t(0, 1), t(0, .2)), t(-1.4, 1.4), atol=1e-6, rtol=0)
+    # within groups of 2: (0, 1 | 5, 5) → (−1, 1 | 0, 0); reasoning all equal → 0
+    assert_close(A.mix_reasoning_advantage(t(0, 1, 5, 5), t(.1, .1, .1, .1), group_size=2),
+                 t(-1, 1, 0, 0), atol=1e-6, rtol=0)
