@@ -41,7 +41,8 @@ class Episode:
     can be a success (RAGEN: success requires the episode to end on its own).
     """
 
-    def __init__(self, env: TextEnv, seed: int, cfg: RolloutConfig = RolloutConfig()):
+    def __init__(self, env: TextEnv, seed: int, cfg: RolloutConfig | None = None):
+        cfg = cfg or RolloutConfig()
         self.env, self.seed, self.cfg = env, seed, cfg
         self.observation, _ = env.reset(seed=seed)
         self.max_turns = cfg.max_turns or env.max_turns
@@ -170,13 +171,14 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 
 def collect(model, tokenizer, env_name: str, seeds: list[int], group_size: int,
-            cfg: RolloutConfig = RolloutConfig(), *, env_kwargs: dict | None = None,
+            cfg: RolloutConfig | None = None, *, env_kwargs: dict | None = None,
             sample_seed: int = 0) -> RolloutBatch:
     """Play len(seeds) groups × group_size samples of `env_name`; a group shares its seed.
 
     Generation for every live episode happens in one batch per turn. `sample_seed` seeds the
     sampling generator, so the same call gives the same batch (temperature 0 ignores it).
     """
+    cfg = cfg or RolloutConfig()
     episodes = [Episode(make(env_name, **(env_kwargs or {})), seed, cfg)
                 for seed in seeds for _ in range(group_size)]
     tracks = [_TokenTrack(_encode(tokenizer, tokenizer.apply_chat_template(

@@ -50,13 +50,24 @@ class ValueModel(nn.Module):
         return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], dim=1)
 
 
-def _forward_logp(model, ids, attn, *, with_entropy: bool):
-    logits = model(input_ids=ids, attention_mask=attn).logits.float()  # (B, T, V)
-    logp = A.token_logprobs(logits, ids)  # (B, T), position t scores token t
+def _forward_logp(model, ids, attn, mask, *, with_entropy: bool):
+    """Log-probs (and entropies) of the tokens where `mask` is 1, aligned with `ids`; 0 elsewhere.
+
+    The LM head runs only on the positions that predict a policy token: prompts and observations
+    are most of a multi-turn sequence, and the (B, T, vocab) logits are the largest tensor of the
+    update, so this is the main saving in memory and time.
+    """
+    hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+    target = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
+    logits = model.get_output_embeddings()(hidden[:, :-1][target]).float()  # (K, V)
+    picked = logits.gather(-1, ids[:, 1:][target][:, None]).squeeze(-1) - logits.logsumexp(-1)
+    logp = torch.zeros(ids.shape, dtype=torch.float, device=ids.device)
+    logp[:, 1:][target] = picked
     if not with_entropy:
         return logp, None
-    ent = A.entropy_from_logits(logits[:, :-1])  # (B, T-1), distribution that produced token t+1
-    return logp, torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+    ent = torch.zeros_like(logp)
+    ent[:, 1:][target] = A.entropy_from_logits(logits)
+    return logp, ent
 
 
 def _micro(batch: dict, rows: torch.Tensor, device) -> dict:
@@ -69,7 +80,7 @@ def _micro(batch: dict, rows: torch.Tensor, device) -> dict:
 # Seeds: every random choice is a function of (train.seed, step), so a resumed run replays it.
 # ----------------------------------------------------------------------------------------------
 def _step_rng(cfg: Config, step: int, salt: int) -> np.random.Generator:
-    return np.random.default_rng([cfg.train.seed, step, salt])
+    return np.random.default_rng([cfg.train.seed, step % 2**32, salt])  # warm-up uses negative steps
 
 
 def train_seeds(cfg: Config, step: int) -> list[int]:
@@ -163,10 +174,10 @@ def _sft_step(policy, opt, examples: list[dict], device, micro: int) -> float:
             ids[i, :len(s)], attn[i, :len(s)] = torch.tensor(s), 1
             mask[i, len(e["prompt_ids"]):len(s)] = 1
         ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-        logp, _ = _forward_logp(policy, ids, attn, with_entropy=False)
+        logp, _ = _forward_logp(policy, ids, attn, mask, with_entropy=False)
         loss = -(logp * mask).sum() / total
         loss.backward()
-        loss_sum += float(loss)
+        loss_sum += float(loss.detach())
     torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
     opt.step()
     return loss_sum
@@ -351,10 +362,11 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             for rows_ in _chunks(torch.arange(B), t.micro_batch_size):
                 mb = _micro(data, rows_, device)
                 w = mb["input_ids"].shape[1]
-                lp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], with_entropy=True)
+                lp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
+                                      with_entropy=True)
                 old_logp[rows_, :w], ent[rows_, :w] = lp.cpu(), e.cpu()
                 ref_logp[rows_, :w] = _forward_logp(reference, mb["input_ids"], mb["attention_mask"],
-                                                    with_entropy=False)[0].cpu()
+                                                    mb["loss_mask"], with_entropy=False)[0].cpu()
                 if critic:
                     values[rows_, :w] = critic(mb["input_ids"], mb["attention_mask"]).cpu()
         mask = data["loss_mask"]
@@ -398,7 +410,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                 for rows_ in _chunks(mb_rows, t.micro_batch_size):
                     mb = _micro(data, rows_, device)
                     share = float(mb["loss_mask"].sum()) / n_tok  # token-mean over the mini-batch
-                    logp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"],
+                    logp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
                                             with_entropy=a.entropy_coef > 0)
                     if a.advantage == "apo":
                         seq_lp = A.sequence_logprob(logp, mb["loss_mask"])
@@ -406,7 +418,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                         pg, s = A.apo_loss(seq_lp, ref_seq, mb["rewards"], mb["rewards"] - mb["advantages"][:, 0],
                                            beta2=a.apo_beta2)
                         pg = pg * len(rows_) / len(mb_rows)  # sequence-mean over the mini-batch
-                        stats["loss/apo"].append(float(pg))
+                        stats["loss/apo"].append(float(pg.detach()))
                     else:
                         pg, s = A.clipped_policy_loss(logp, mb["old_logp"], mb["advantages"], mb["loss_mask"],
                                                       clip_low=a.clip_low, clip_high=a.clip_high)
@@ -420,13 +432,13 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                     if a.entropy_coef:
                         loss = loss - a.entropy_coef * A.masked_mean(e, mb["loss_mask"]) * share
                     loss.backward()
-                    stats["loss/policy"].append(float(pg))
+                    stats["loss/policy"].append(float(pg.detach()))
                     if critic:
                         v = critic(mb["input_ids"], mb["attention_mask"])
                         vl = A.clipped_value_loss(v, mb["values"], mb["returns"], mb["loss_mask"],
                                                   clip=a.value_clip) * share
                         vl.backward()
-                        stats["loss/value"].append(float(vl))
+                        stats["loss/value"].append(float(vl.detach()))
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), t.grad_clip))
                 stats["policy/grad_norm"].append(grad_norm)
                 if math.isfinite(grad_norm):
@@ -465,7 +477,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             / max(t_update, 1e-9),
             "memory/peak_gb": M.peak_memory_gb(device),
         })
-        m.update({k: float(np.nanmean(v)) if v else float("nan") for k, v in stats.items()})
+        m.update({k: _mean(v) for k, v in stats.items()})
         if step == 0:
             m.update(warm)
         m["warmup"] = t.warmup
@@ -500,6 +512,11 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         last = run.metrics()[-1] if run.metrics() else {}
         run.mark_done({"steps": t.steps, "final": last})
     return rows
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else float("nan")
 
 
 def _sample(b: RolloutBatch, i: int, cfg: Config) -> dict:

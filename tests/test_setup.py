@@ -1,9 +1,9 @@
 """The Makefile (via pyproject.toml) and environment.yml must install the same packages."""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
