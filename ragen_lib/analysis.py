@@ -1,0 +1,117 @@
+"""Verdict arithmetic on the metrics DataFrame (pure pandas; no plotting).
+
+Every notebook writes its criterion as code with these helpers before it looks at a result, then
+calls `Verdict.write` so that `make report` can collect the verdicts into REPORT.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
+    """Mean of `metric` per step over seeds, for each combination of `by`; NaN rows dropped."""
+    d = df.dropna(subset=[metric]) if metric in df else df.iloc[:0]
+    return d.groupby([*by, "step"], dropna=False)[metric].mean().reset_index() if len(d) else \
+        pd.DataFrame(columns=[*by, "step", metric])
+
+
+def peak_final(values: pd.Series) -> tuple[float, float, int | None]:
+    """(peak, final, step of peak) of a step-indexed series; NaNs ignored."""
+    v = values.dropna()
+    if v.empty:
+        return float("nan"), float("nan"), None
+    return float(v.max()), float(v.iloc[-1]), int(v.idxmax())
+
+
+def collapse_step(values: pd.Series, frac: float = 0.5, min_peak: float = 0.05) -> int | None:
+    """First step after the peak where the value falls below `frac` × peak; None when it never
+    does or the peak is below `min_peak` (nothing learned, nothing to collapse)."""
+    v = values.dropna()
+    if v.empty or v.max() < min_peak:
+        return None
+    after = v.loc[v.idxmax():]
+    below = after[after < frac * v.max()]
+    return int(below.index[0]) if len(below) else None
+
+
+def drop_step(values: pd.Series, frac: float = 0.5) -> int | None:
+    """First step where the value falls below `frac` × its maximum over the first third."""
+    v = values.dropna()
+    if len(v) < 3:
+        return None
+    ref = v.iloc[: max(1, len(v) // 3)].max()
+    below = v[(v < frac * ref) & (v.index > v.index[0])]
+    return int(below.index[0]) if ref > 0 and len(below) else None
+
+
+@dataclass
+class Verdict:
+    notebook: str
+    claim: str
+    status: str
+    measured: dict
+    paper: dict
+    reason: str
+    figures: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        rows = "\n".join(f"  {k:<40} measured {_fmt(self.measured.get(k))}   paper {_fmt(v)}"
+                         for k, v in self.paper.items())
+        extra = "\n".join(f"  {k:<40} measured {_fmt(v)}" for k, v in self.measured.items()
+                          if k not in self.paper)
+        return f"{self.status}: {self.claim}\n{rows}\n{extra}\n  why: {self.reason}".replace("\n\n", "\n")
+
+    def write(self, profile: str, wall_s: float | None = None) -> Path:
+        out = ROOT / "outputs" / profile / "verdicts" / f"{self.notebook}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**asdict(self), "wall_s": wall_s, "commit": _commit()}, indent=1,
+                                  default=str))
+        return out
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.3g}"
+    return str(v)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def report(profile: str) -> Path:
+    """outputs/<profile>/REPORT.md: one row per notebook verdict, with numbers and figure links."""
+    import torch
+
+    base = ROOT / "outputs" / profile
+    rows = [json.loads(p.read_text()) for p in sorted((base / "verdicts").glob("*.json"))]
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    lines = [f"# Replication report: profile `{profile}`", "",
+             f"Device: {device}. Commit: {_commit()}. Total wall time of the notebooks: "
+             f"{sum(r.get('wall_s') or 0 for r in rows) / 60:.1f} min.", ""]
+    if profile == "smoke":
+        lines += ["**Smoke profile: a tiny random model on CPU. This proves the pipeline runs end to end; "
+                  "its verdicts say nothing about the paper's findings.**", ""]
+    lines += ["| notebook | claim | verdict | measured vs paper | figures |", "|---|---|---|---|---|"]
+    for r in rows:
+        nums = "; ".join(f"{k}: {_fmt(r['measured'].get(k))} vs {_fmt(v)}" for k, v in r["paper"].items())
+        figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in r["figures"])
+        lines.append(f"| {r['notebook']} | {r['claim']} | **{r['status']}** | {nums} | {figs} |")
+    out = base / "REPORT.md"
+    out.write_text("\n".join(lines) + "\n")
+    return out
