@@ -41,3 +41,14 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_training_path_imports_no_notebook_or_plotting_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.analysis, "
+            "ragen_lib.__main__; bad = [m for m in ('matplotlib', 'seaborn', 'IPython', 'papermill', "
+            "'jupytext', 'nbformat') if m in sys.modules]; print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"training path imported {out.strip()}"
