@@ -8,43 +8,65 @@ import numpy as np
 
 from ragen_lib.envs.base import TextEnv
 
+#: Action name -> (row, column) offset.
 MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
-# Tile kinds; `SYMBOLS[...]` maps each to its character in one vocabulary.
+_DIRS = tuple(MOVES.values())
+#: Tile kinds; `SYMBOLS[vocab][kind]` is the character drawn for that kind.
 WALL, EMPTY, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
 SYMBOLS = {
     "default": "#_O√XPS",
-    # SokobanNewVocab (RAGEN Sec. 4.3): same rules, unfamiliar characters.
+    # SokobanNewVocab (RAGEN Sec. 4.3): the same rules drawn with unfamiliar characters.
     "newvocab": "B.T*CA@",
 }
 NAMES = ("Wall", "Empty", "Target", "Box on target", "Box", "You", "You on target")
+#: Probability that a reverse move drags the box standing behind the player.
+PULL_PROB = 0.8
+#: Attempts at drawing an unsolved level before giving up (all from the same generator).
+MAX_GEN_TRIES = 1000
+
+
+def _instructions(chars: str) -> str:
+    legend = " | ".join(f"{ch} {name}" for ch, name in zip(chars, NAMES))
+    return (
+        "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to "
+        "targets. When you are right next to a box, you can push it by moving in the same direction. "
+        f"You cannot push a box through a wall, and you cannot pull a box.\nSymbols: {legend}"
+    )
 
 
 class SokobanEnv(TextEnv):
     """Push every box onto a target.
 
     ## Actions
-    Up, Down, Left, Right. Moving into a box pushes it if the tile beyond is free; boxes cannot
-    be pulled, and a box cannot push another box or enter a wall.
+    Up, Down, Left, Right. Moving into a wall does nothing. Moving into a box pushes it one tile
+    if the tile beyond is empty or a target; a box cannot be pushed into a wall or another box,
+    and boxes cannot be pulled.
 
     ## Observation
-    The room, one row per line (default symbols: # wall, _ empty, O target, √ box on target,
-    X box, P you, S you on a target).
+    The room as text, one row per line, one character per tile, no separators. Default symbols:
+    ``#`` wall, ``_`` empty, ``O`` target, ``√`` box on target, ``X`` box, ``P`` you,
+    ``S`` you on a target. ``symbols="newvocab"`` draws the same seven kinds as
+    ``B . T * C A @`` (SokobanNewVocab).
 
     ## Rewards
-    `step_penalty` (−0.1) per step, `box_on_target_reward` (+1) when a box lands on a target,
-    `box_off_target_reward` (−1) when one leaves a target, `solved_reward` (+10) when all are on.
+    Every step pays `step_penalty` (-0.1); a box landing on a target adds `box_on_target_reward`
+    (+1), a box leaving a target adds `box_off_target_reward` (-1) (both at once for a push from
+    target to target), and solving the room adds `solved_reward` (+10).
 
     ## Episode end
-    Terminated when every box is on a target (success); truncated after `max_steps`.
+    Terminated when every box is on a target (``info["success"]``); truncated after `max_steps`
+    steps otherwise.
 
     ## Arguments
-    dim_room=(6, 6), num_boxes=1, num_gen_steps=20 (reverse moves from the solved room),
-    symbols="default" | "newvocab", step_penalty, box_on_target_reward, box_off_target_reward,
-    solved_reward, max_steps=100.
+    ``dim_room=(6, 6)`` rows and columns including the border wall; ``num_boxes=1``;
+    ``num_gen_steps=20`` reverse moves played from the solved room; ``symbols="default"`` or
+    ``"newvocab"``; ``step_penalty=-0.1``, ``box_on_target_reward=1.0``,
+    ``box_off_target_reward=-1.0``, ``solved_reward=10.0``; ``max_steps=100``.
     """
 
     name = "sokoban"
     actions = ("Up", "Down", "Left", "Right")
+    instructions = _instructions(SYMBOLS["default"])
     max_turns = 5
     max_actions_per_turn = 5
     max_actions_per_episode = 10
@@ -54,58 +76,65 @@ class SokobanEnv(TextEnv):
                  box_off_target_reward: float = -1.0, solved_reward: float = 10.0, max_steps: int = 100):
         super().__init__()
         if symbols not in SYMBOLS:
-            raise ValueError(f"unknown symbols {symbols!r}; valid: {', '.join(SYMBOLS)}")
-        rows, cols = dim_room
+            raise ValueError(f"unknown symbols {symbols!r}; valid symbols: {', '.join(SYMBOLS)}")
+        try:
+            rows, cols = (int(d) for d in dim_room)
+        except (TypeError, ValueError):
+            raise ValueError(f"dim_room must be (rows, cols) with both >= 4, got {dim_room!r}") from None
         if rows < 4 or cols < 4:
-            raise ValueError(f"dim_room must be at least (4, 4), got {dim_room}")
-        if not 1 <= num_boxes <= (rows - 2) * (cols - 2) // 3:
-            raise ValueError(f"num_boxes={num_boxes} does not fit a {rows}x{cols} room")
-        self.dim_room, self.num_boxes, self.num_gen_steps = (rows, cols), num_boxes, num_gen_steps
+            raise ValueError(f"dim_room must be (rows, cols) with both >= 4, got {dim_room!r}")
+        max_boxes = (rows - 2) * (cols - 2) // 3
+        if not 1 <= num_boxes <= max_boxes:
+            raise ValueError(f"num_boxes must be between 1 and {max_boxes} for a {rows}x{cols} room, "
+                             f"got {num_boxes}")
+        if num_gen_steps < 1 or max_steps < 1:
+            raise ValueError(f"num_gen_steps and max_steps must be >= 1, got {num_gen_steps}, {max_steps}")
+        self.dim_room, self.num_boxes, self.num_gen_steps = (rows, cols), int(num_boxes), int(num_gen_steps)
         self.symbols, self.chars = symbols, SYMBOLS[symbols]
-        self.step_penalty, self.box_on_target_reward = step_penalty, box_on_target_reward
-        self.box_off_target_reward, self.solved_reward, self.max_steps = (box_off_target_reward,
-                                                                           solved_reward, max_steps)
-        legend = " | ".join(f"{ch} {name}" for ch, name in zip(self.chars, NAMES))
-        self.instructions = (
-            "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to "
-            "targets. When you are right next to a box, you can push it by moving in the same direction. "
-            f"You cannot push a box through a wall, and you cannot pull a box.\nSymbols: {legend}"
-        )
+        self.step_penalty, self.box_on_target_reward = float(step_penalty), float(box_on_target_reward)
+        self.box_off_target_reward, self.solved_reward = float(box_off_target_reward), float(solved_reward)
+        self.max_steps = int(max_steps)
+        self.instructions = _instructions(self.chars)
         self.walls = np.zeros(self.dim_room, dtype=bool)
-        self.targets: frozenset = frozenset()
-        self.boxes: frozenset = frozenset()
-        self.player, self.steps, self._plan = (1, 1), 0, []
+        self.targets: frozenset[tuple[int, int]] = frozenset()
+        self.boxes: frozenset[tuple[int, int]] = frozenset()
+        self.player: tuple[int, int] = (1, 1)
+        self.steps = 0
+        self._plan: list[str] = []
+        self._plan_state: tuple | None = None
 
     # --- Gymnasium API -----------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         if seed is not None:
             self.np_random = np.random.default_rng(seed)
-        for _ in range(1000):
+        for _ in range(MAX_GEN_TRIES):
             if self._generate():
                 break
         else:  # pragma: no cover - needs an absurd room
             raise RuntimeError(f"could not generate a {self.dim_room} level with {self.num_boxes} boxes")
-        self.steps, self._plan = 0, []
+        self.steps, self._plan, self._plan_state = 0, [], None
         return self.render(), {"success": False}
 
-    def step(self, action: str):
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if action not in self.actions:
             raise self._invalid(action)
         dr, dc = MOVES[action]
         r, c = self.player
         nxt, beyond = (r + dr, c + dc), (r + 2 * dr, c + 2 * dc)
         reward, moved = self.step_penalty, False
-        if not self.walls[nxt]:
+        if not self._is_wall(nxt):
             if nxt in self.boxes:
-                if not self.walls[beyond] and beyond not in self.boxes:
+                if not self._is_wall(beyond) and beyond not in self.boxes:
                     self.boxes = (self.boxes - {nxt}) | {beyond}
-                    reward += self.box_on_target_reward * (beyond in self.targets)
-                    reward += self.box_off_target_reward * (nxt in self.targets)
+                    if beyond in self.targets:
+                        reward += self.box_on_target_reward
+                    if nxt in self.targets:
+                        reward += self.box_off_target_reward
                     self.player, moved = nxt, True
             else:
                 self.player, moved = nxt, True
         self.steps += 1
-        solved = self.boxes <= self.targets
+        solved = self._solved(self.boxes)
         if solved:
             reward += self.solved_reward
         truncated = not solved and self.steps >= self.max_steps
@@ -117,8 +146,9 @@ class SokobanEnv(TextEnv):
         for r in range(self.dim_room[0]):
             row = []
             for c in range(self.dim_room[1]):
-                p, t = (r, c), (r, c) in self.targets
-                if self.walls[p]:
+                p = (r, c)
+                t = p in self.targets
+                if self.walls[r, c]:
                     row.append(ch[WALL])
                 elif p in self.boxes:
                     row.append(ch[BOX_ON_TARGET] if t else ch[BOX])
@@ -131,14 +161,23 @@ class SokobanEnv(TextEnv):
 
     @classmethod
     def from_text(cls, board: str, **kwargs) -> SokobanEnv:
-        """An env in the state drawn by `board` (in the chosen symbol set; for tests)."""
+        """An env in the state drawn by `board` (rows separated by newlines, in the symbol set
+        chosen by ``kwargs["symbols"]``). `step` and `expert_action` work without `reset`.
+        Tiles outside the board count as walls, so a border is optional."""
         lines = [line.strip() for line in board.strip().splitlines()]
-        env = cls(dim_room=(len(lines), len(lines[0])), num_boxes=1, **kwargs)
+        if not lines or len({len(line) for line in lines}) != 1:
+            raise ValueError("board must be a non-empty rectangle of symbols, one row per line")
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("dim_room", "num_boxes")}
+        env = cls(**kwargs)  # default dims for validation; the board's own dims are set below
         ch = env.chars
-        walls = np.zeros(env.dim_room, dtype=bool)
-        targets, boxes = set(), set()
+        shape = (len(lines), len(lines[0]))
+        walls = np.zeros(shape, dtype=bool)
+        targets, boxes, players = set(), set(), []
         for r, line in enumerate(lines):
             for c, s in enumerate(line):
+                if s not in ch:
+                    raise ValueError(f"unknown symbol {s!r} at row {r}, column {c}; valid symbols "
+                                     f"({env.symbols}): {' '.join(ch)}")
                 kind = ch.index(s)
                 walls[r, c] = kind == WALL
                 if kind in (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET):
@@ -146,77 +185,106 @@ class SokobanEnv(TextEnv):
                 if kind in (BOX, BOX_ON_TARGET):
                     boxes.add((r, c))
                 if kind in (PLAYER, PLAYER_ON_TARGET):
-                    env.player = (r, c)
-        env.walls, env.targets, env.boxes, env.num_boxes = walls, frozenset(targets), frozenset(boxes), len(boxes)
+                    players.append((r, c))
+        if len(players) != 1:
+            raise ValueError(f"board must have exactly one player, found {len(players)}")
+        if not boxes or len(boxes) > len(targets):
+            raise ValueError(f"board needs at least one box and no more boxes than targets, "
+                             f"found {len(boxes)} boxes and {len(targets)} targets")
+        env.dim_room, env.walls, env.player = shape, walls, players[0]
+        env.targets, env.boxes, env.num_boxes = frozenset(targets), frozenset(boxes), len(boxes)
         return env
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _is_wall(self, p: tuple[int, int]) -> bool:
+        r, c = p
+        rows, cols = self.walls.shape
+        return not (0 <= r < rows and 0 <= c < cols) or bool(self.walls[r, c])
+
+    def _solved(self, boxes: frozenset) -> bool:
+        # All boxes on targets (with as many targets as boxes: every target covered).
+        return boxes <= self.targets
 
     # --- generation by reverse play ------------------------------------------------------------
     def _generate(self) -> bool:
-        """Place boxes on targets, then play `num_gen_steps` reverse moves (move, or pull the box
-        behind you). Every reverse move undoes a legal forward move, so the room is solvable."""
+        """Draw one level; False if it came out already solved (the caller draws again).
+
+        Carve a connected floor by a random walk (as gym-sokoban does), put the boxes on their
+        targets and the player on a free tile, then play `num_gen_steps` reverse moves: the player
+        steps to a free neighbour and, with probability `PULL_PROB`, drags the box behind it into
+        its old tile. Each reverse move undoes a legal forward move, so the level is solvable.
+        """
         rng, (rows, cols) = self.np_random, self.dim_room
         walls = np.ones(self.dim_room, dtype=bool)
-        # Carve a random connected floor by a random walk, as gym-sokoban does.
         pos = (int(rng.integers(1, rows - 1)), int(rng.integers(1, cols - 1)))
-        floor_goal = int(0.7 * (rows - 2) * (cols - 2))
+        floor_goal = max(self.num_boxes + 2, int(0.7 * (rows - 2) * (cols - 2)))
         walls[pos] = False
-        while (~walls).sum() < floor_goal:
-            dr, dc = list(MOVES.values())[int(rng.integers(4))]
+        while int((~walls).sum()) < floor_goal:
+            dr, dc = _DIRS[int(rng.integers(4))]
             pos = (min(max(pos[0] + dr, 1), rows - 2), min(max(pos[1] + dc, 1), cols - 2))
             walls[pos] = False
-        free = [tuple(map(int, p)) for p in np.argwhere(~walls)]
+        free = [(int(r), int(c)) for r, c in np.argwhere(~walls)]
         picks = rng.choice(len(free), self.num_boxes + 1, replace=False)
-        targets = frozenset(free[i] for i in picks[:-1])
-        boxes, player = set(targets), free[picks[-1]]
+        targets = frozenset(free[int(i)] for i in picks[:-1])
+        boxes, player = set(targets), free[int(picks[-1])]
         for _ in range(self.num_gen_steps):
-            dr, dc = list(MOVES.values())[int(rng.integers(4))]
+            dr, dc = _DIRS[int(rng.integers(4))]
             nxt, behind = (player[0] + dr, player[1] + dc), (player[0] - dr, player[1] - dc)
             if walls[nxt] or nxt in boxes:
                 continue
-            if behind in boxes and rng.random() < 0.8:  # pull: the box follows the player
-                boxes = (boxes - {behind}) | {player}
+            if behind in boxes and rng.random() < PULL_PROB:  # pull: the box follows the player
+                boxes.discard(behind)
+                boxes.add(player)
             player = nxt
-        if set(boxes) <= targets:
-            return False  # already solved: draw again
+        if boxes <= targets:
+            return False
         self.walls, self.targets, self.boxes, self.player = walls, targets, frozenset(boxes), player
         return True
 
     # --- the scripted expert -------------------------------------------------------------------
     def solve(self, max_nodes: int = 200_000) -> list[str]:
-        """A shortest action sequence from the current state (breadth-first search)."""
+        """A shortest action list from the current state (breadth-first search over the player's
+        tile and the set of box tiles). Raises RuntimeError if unsolvable or `max_nodes` is hit."""
         start = (self.player, self.boxes)
-        prev = {start: None}
+        if self._solved(self.boxes):
+            return []
+        prev: dict = {start: None}
         queue = deque([start])
         while queue:
             state = queue.popleft()
             player, boxes = state
-            if boxes <= self.targets:
-                plan = []
-                while prev[state] is not None:
-                    state, move = prev[state]
-                    plan.append(move)
-                return plan[::-1]
             for move, (dr, dc) in MOVES.items():
                 nxt = (player[0] + dr, player[1] + dc)
-                if self.walls[nxt]:
+                if self._is_wall(nxt):
                     continue
                 nb = boxes
                 if nxt in boxes:
                     beyond = (nxt[0] + dr, nxt[1] + dc)
-                    if self.walls[beyond] or beyond in boxes:
+                    if self._is_wall(beyond) or beyond in boxes:
                         continue
                     nb = (boxes - {nxt}) | {beyond}
                 child = (nxt, nb)
-                if child not in prev:
-                    prev[child] = (state, move)
-                    queue.append(child)
+                if child in prev:
+                    continue
+                prev[child] = (state, move)
+                if nb is not boxes and self._solved(nb):
+                    plan = []
+                    node = child
+                    while prev[node] is not None:
+                        node, m = prev[node]
+                        plan.append(m)
+                    return plan[::-1]
+                queue.append(child)
             if len(prev) > max_nodes:
-                break
-        raise RuntimeError("no solution found from this state (a box is stuck, or the search cap was hit)")
+                raise RuntimeError(f"sokoban: no solution within {max_nodes} searched states")
+        raise RuntimeError("sokoban: no solution from this state (a box is stuck)")
 
     def expert_action(self) -> str:
-        expected = getattr(self, "_plan_state", None)
-        if not self._plan or expected != (self.player, self.boxes):
+        """First action of a shortest solution. The plan is cached and recomputed whenever the
+        state is not the one the plan expects. In an already solved room returns "Up"."""
+        if self._solved(self.boxes):
+            return self.actions[0]
+        if not self._plan or self._plan_state != (self.player, self.boxes):
             self._plan = self.solve()
         action = self._plan.pop(0)
         dr, dc = MOVES[action]
