@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -37,9 +38,14 @@ def config_hash(cfg: dict) -> str:
 
 def run_dir(root, finding: str, cfg: dict) -> Path:
     """`<root>/runs/<finding>/<slug>-<hash>`; the slug makes folders readable, the hash unique."""
-    parts = [str(cfg.get("algo", {}).get("name", "")), str(cfg.get("env", {}).get("name", ""))]
-    seed = cfg.get("train", {}).get("seed")
-    slug = "_".join(p for p in parts if p) + (f"_s{seed}" if seed is not None else "")
+    def field(section: str, key: str):
+        sec = cfg.get(section)
+        return sec.get(key) if isinstance(sec, dict) else None
+
+    parts = [field("algo", "name"), field("env", "name")]
+    seed = field("train", "seed")
+    slug = "_".join(str(p) for p in parts if p not in (None, "")) + (f"_s{seed}" if seed is not None else "")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", slug).strip("-_.")  # model or env names may hold "/"
     return Path(root) / "runs" / finding / f"{slug or 'run'}-{config_hash(cfg)}"
 
 
@@ -58,6 +64,8 @@ def _plain(v):
         return v
     if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
         return v.item()
+    if hasattr(v, "tolist"):  # numpy arrays and torch tensors with dimensions
+        return _plain(v.tolist())
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     if isinstance(v, dict):
@@ -76,8 +84,9 @@ class Run:
             if config_hash(saved) != config_hash(cfg):
                 raise ValueError(f"{cfg_file} holds a different config than this run's; the folder belongs "
                                  "to another run. Use another root, or delete the folder to start over.")
-        else:
-            _atomic_write(cfg_file, yaml.safe_dump(cfg, sort_keys=False))
+        else:  # through JSON first: tuples become lists (safe_dump refuses tuples), hash unchanged
+            plain = json.loads(json.dumps(cfg, default=str))
+            _atomic_write(cfg_file, yaml.safe_dump(plain, sort_keys=False))
         self._last_step: int | None = None
 
     # --- status ----------------------------------------------------------------------------
@@ -93,7 +102,11 @@ class Run:
         data = "".join(json.dumps(_plain(x)) + "\n" for x in lines).encode()
         fd = os.open(self.path / name, os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o644)
         try:
-            os.write(fd, data)  # one write: a crash leaves whole lines or a torn tail, never a torn middle
+            # One write: a crash leaves whole lines or a torn tail, never a torn middle. A regular
+            # file takes it whole; the loop only covers a short write (a full disk, a signal).
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -108,7 +121,10 @@ class Run:
     def log_samples(self, step: int, samples: list[dict]) -> None:
         self._append("samples.jsonl", [{"step": step, **s} for s in samples])
 
-    def _read(self, name: str) -> list[dict]:
+    def _read(self, name: str, repair: bool = True) -> list[dict]:
+        """The complete lines of `name`. An unterminated last line is the write in flight at a
+        crash: it is dropped, and with `repair` cut from the file so the next append starts clean
+        (readers of a run that may be live, like `load`, pass repair=False and touch nothing)."""
         path = self.path / name
         if not path.exists():
             return []
@@ -124,7 +140,7 @@ class Run:
                 raise CorruptRunError(
                     f"{path}, line {i + 1}, is not valid JSON. Remove that line (or everything from it on) "
                     f"to keep the rest, or delete {self.path} to start the run again.") from None
-        if tail:  # the step in flight when the process died: cut it so the next append starts clean
+        if tail and repair:  # the step in flight when the process died: cut it so the next append starts clean
             with open(path, "r+b") as f:
                 f.truncate(len(complete) + len(newline))
         return rows
@@ -242,7 +258,7 @@ def load(root, finding: str | None = None, *, include_running: bool = True):
         if not include_running and not run.done:
             continue
         flat = {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
-        for m in run.metrics():
+        for m in run._read("metrics.jsonl", repair=False):  # the run may be training right now
             rows.append({"run_id": path.name, "finding": path.parent.name, "done": run.done, **m, **flat})
     if not rows:
         return pd.DataFrame(columns=["run_id", "finding", "done", "step"])

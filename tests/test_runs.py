@@ -33,12 +33,25 @@ def test_config_conflict(tmp_path):
 
 def test_log_round_trip_and_no_duplicates(tmp_path):
     run = Run(tmp_path / "r", CFG)
-    run.log(0, {"a": np.float32(0.5), "b": torch.tensor(3), "c": float("nan")})
+    run.log(0, {"a": np.float32(0.5), "b": torch.tensor(3), "c": float("nan"), "d": np.float64("inf"),
+                "e": np.int64(7), "f": np.bool_(True), "g": np.arange(2)})
     run.log(1, {"a": 1.0})
     rows = Run(tmp_path / "r", CFG).metrics()
-    assert rows[0]["a"] == 0.5 and rows[0]["b"] == 3 and math.isnan(rows[0]["c"])
+    assert rows[0]["a"] == 0.5 and rows[0]["b"] == 3 and math.isnan(rows[0]["c"]) and rows[0]["d"] == math.inf
+    assert type(rows[0]["e"]) is int and rows[0]["f"] is True and rows[0]["g"] == [0, 1]
     with pytest.raises(ValueError, match="already logged"):
         run.log(1, {"a": 2.0})
+    with pytest.raises(ValueError, match="already logged"):
+        Run(tmp_path / "r", CFG).log(0, {"a": 2.0})  # a fresh handle knows the file's last step
+
+
+def test_config_yaml_round_trip_with_tuples_and_readable_slug(tmp_path):
+    cfg = {**CFG, "model": {"name": "Qwen/Qwen2.5-0.5B", "betas": (0.9, 0.999)}}
+    run = Run(tmp_path / "r", cfg)
+    assert Run(tmp_path / "r", cfg).path == run.path  # the saved YAML (lists) hashes as the tuples did
+    assert runs.config_hash(cfg) == runs.config_hash(dict(reversed(list(cfg.items()))))
+    assert runs.run_dir(tmp_path, "f", {"algo": {"name": "a/b"}}).name.startswith("a-b-")
+    assert runs.run_dir(tmp_path, "f", {"x": 1}).name == f"run-{runs.config_hash({'x': 1})}"
 
 
 def test_torn_tail_dropped_and_repaired(tmp_path):
@@ -112,35 +125,111 @@ def test_load_dataframe_and_run_grid_reuse(tmp_path):
     df = runs.load(tmp_path, "f")
     assert len(df) == 6 and set(df["cfg.train.seed"]) == {0, 1} and df["done"].all()
     assert {"run_id", "finding", "step", "success", "cfg.algo.clip_high"} <= set(df.columns)
-    assert runs.load(tmp_path, "nothing").empty
+    empty = runs.load(tmp_path, "nothing")
+    assert empty.empty and {"run_id", "finding", "done", "step"} <= set(empty.columns)
 
 
+def test_load_skips_running_when_asked_and_leaves_live_files_alone(tmp_path):
+    done = Run(runs.run_dir(tmp_path, "f", CFG), CFG)
+    done.log(0, {"a": 1})
+    done.mark_done({"final": 1})
+    cfg2 = runs.set_dotted(CFG, "train.seed", 5)
+    live = Run(runs.run_dir(tmp_path, "f", cfg2), cfg2)
+    live.log(0, {"a": 2})
+    with open(live.path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 1, "a"')  # a write in flight in a training process
+    before = (live.path / "metrics.jsonl").read_bytes()
+    df = runs.load(tmp_path)
+    assert sorted(df["cfg.train.seed"]) == [0, 5] and set(df["finding"]) == {"f"}
+    assert (live.path / "metrics.jsonl").read_bytes() == before  # a reader never truncates
+    assert list(runs.load(tmp_path, include_running=False)["cfg.train.seed"]) == [0]
+
+
+def test_run_grid_reraises_and_names_the_failed_run(tmp_path, capsys):
+    def boom(cfg, run):
+        run.log(0, {"a": 1})
+        raise RuntimeError("diverged")
+
+    with pytest.raises(RuntimeError, match="diverged"):
+        runs.run_grid(tmp_path, "f", [CFG], boom, progress=False)
+    assert runs.run_dir(tmp_path, "f", CFG).name in capsys.readouterr().out
+    assert not Run(runs.run_dir(tmp_path, "f", CFG), CFG).done
+
+
+# The writer under test. It runs in a forked child of one helper process (spawned with
+# sys.executable), so torch is imported once rather than once per kill: that keeps the test fast.
 SCRIPT = """
-import sys, time
+import os, sys, time, traceback
+import torch  # noqa: F401  (imported once, before the forks)
 from ragen_lib.runs import Run
-run = Run(sys.argv[1], {"k": 1})
-step, state = run.resume()
-start = 0 if step is None else step + 1
-for s in range(start, 20):
-    time.sleep(0.01)
-    run.log(s, {"x": s * 2, "pad": "y" * 2000})
-    if s % 2 == 1:
-        run.save_checkpoint(s, {"s": s})
-run.mark_done()
+
+def attempt(path):
+    run = Run(path, {"k": 1})
+    step, state = run.resume()
+    assert state is None or state["s"] == step
+    start = 0 if step is None else step + 1
+    print("ready", os.getpid(), flush=True)
+    for s in range(start, 20):
+        time.sleep(0.01)
+        run.log(s, {"x": s * 2, "pad": "y" * 2000})
+        run.log_samples(s, [{"t": s * 3}, {"t": s * 3 + 1}])
+        if s % 2 == 1:
+            run.save_checkpoint(s, {"s": s})
+    run.mark_done({"steps": 20})
+
+for _ in sys.stdin:  # one line: one attempt, in a fresh process
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            attempt(sys.argv[1])
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print("exit", status, flush=True)
 """
 
 
 def test_sigkill_at_random_moments_loses_nothing(tmp_path):
+    """SIGKILL the writer (no cleanup at all) at random moments of its loop, resume each time."""
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     path = tmp_path / "r"
     rng = np.random.default_rng(0)
-    for _ in range(5):
-        p = subprocess.Popen([sys.executable, "-c", SCRIPT, str(path)], env=env)
-        time.sleep(float(rng.uniform(0.3, 1.0)))  # interpreter start-up plus a few steps
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-    subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, check=True)
+    helper = subprocess.Popen([sys.executable, "-c", SCRIPT, str(path)], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def attempt(kill_after: float | None) -> int:
+        helper.stdin.write("go\n")
+        helper.stdin.flush()
+        ready, pid = helper.stdout.readline().split()  # past resume(): inside the loop now
+        assert ready == "ready"
+        if kill_after is not None:
+            time.sleep(kill_after)
+            os.kill(int(pid), signal.SIGKILL)
+        word, status = helper.stdout.readline().split()
+        assert word == "exit"
+        return int(status)
+
+    try:
+        reached = []
+        for _ in range(5):
+            status = attempt(float(rng.uniform(0.0, 0.12)))
+            assert status in (signal.SIGKILL, 0)  # killed, or finished just before the kill
+            reached.append(Run(path, {"k": 1}).metrics()[-1]["step"] if (path / "metrics.jsonl").exists()
+                           else -1)
+        assert not (path / runs.DONE).exists() and any(0 <= r < 19 for r in reached), reached  # mid-run kills
+        assert attempt(None) == 0  # the last attempt runs to the end
+    finally:
+        helper.stdin.close()
+        helper.wait(timeout=10)
     lines = (path / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert [r["step"] for r in rows] == list(range(20))
-    assert all(r["x"] == r["step"] * 2 for r in rows)
+    assert all(r["x"] == r["step"] * 2 and r["pad"] == "y" * 2000 for r in rows)
+    samples = [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["t"]) for r in samples] == [(s, s * 3 + k) for s in range(20) for k in (0, 1)]
+    assert [p.name for p in (path / "ckpt").iterdir()] == ["step_000019.pt"]
+    assert Run(path, {"k": 1}).done
