@@ -1,0 +1,178 @@
+"""FrozenLake: rules on hand-made boards, slip statistics, map generation and the expert."""
+
+import numpy as np
+import pytest
+
+from ragen_lib.envs.frozenlake import PERPENDICULAR, FrozenLakeEnv
+
+N_SEEDS = 300
+
+
+def play(env, policy, limit=200):
+    """Run `policy(env)` until the episode ends; the last info (or {} if it never ended)."""
+    for _ in range(limit):
+        _, _, term, trunc, info = env.step(policy(env))
+        if term or trunc:
+            return info
+    return {}
+
+
+def test_stepping_into_a_hole_ends_the_episode_unpaid():
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    obs, r, term, trunc, info = env.step("Right")
+    assert obs == "_X\n_G"
+    assert r == 0 and term and not trunc and not info["success"]
+
+
+def test_reaching_the_goal_pays_and_ends():
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    assert env.step("Down")[:3] == ("_O\nPG", 0.0, False)
+    obs, r, term, trunc, info = env.step("Right")
+    assert obs == "_O\n_√"
+    assert r == 1.0 and term and not trunc and info["success"]
+
+
+@pytest.mark.parametrize("action", ["Up", "Left"])
+def test_the_border_leaves_you_in_place(action):
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    obs, r, term, _, info = env.step(action)
+    assert obs == "PO\n_G" and r == 0 and not term and env.pos == (0, 0)
+    assert info["intended"] == info["actual"] == action
+
+
+def test_truncated_after_max_steps():
+    env = FrozenLakeEnv.from_text("P_\n_G", is_slippery=False, max_steps=3)
+    results = [env.step("Up") for _ in range(3)]
+    assert [res[3] for res in results] == [False, False, True]
+    assert not any(res[2] for res in results) and not results[-1][4]["success"]
+
+
+@pytest.mark.parametrize("intended", ["Left", "Down", "Right", "Up"])
+def test_slip_frequencies_match_gymnasium(intended):
+    # 3000 draws: a frequency with p = 1/3 has std sqrt(p(1-p)/3000) = 0.0086, so the ±0.04
+    # tolerance is over 4.5 sigma and the test does not flake (it is also seeded).
+    env = FrozenLakeEnv.from_text("____\n_P__\n____\n___G")
+    env.np_random = np.random.default_rng(0)
+    counts = dict.fromkeys(env.actions, 0)
+    for _ in range(3000):
+        env.pos, env.steps = (1, 1), 0
+        _, _, term, _, info = env.step(intended)
+        assert not term and info["intended"] == intended
+        counts[info["actual"]] += 1
+    opposite = next(a for a in env.actions if a != intended and a not in PERPENDICULAR[intended])
+    assert counts[opposite] == 0
+    for a in (intended, *PERPENDICULAR[intended]):
+        assert counts[a] / 3000 == pytest.approx(1 / 3, abs=0.04), counts
+
+
+def test_not_slippery_always_moves_as_intended():
+    env = FrozenLakeEnv.from_text("____\n_P__\n____\n___G", is_slippery=False)
+    for a in env.actions * 25:
+        env.pos = (1, 1)
+        assert env.step(a)[4]["actual"] == a
+
+
+def test_slippery_note_only_when_slippery():
+    assert "slippery" in FrozenLakeEnv().instructions
+    assert "slippery" not in FrozenLakeEnv(is_slippery=False).instructions
+    assert "X You in a hole" in FrozenLakeEnv(is_slippery=False).instructions
+
+
+def test_every_generated_map_has_a_path():
+    for seed in range(N_SEEDS):
+        env = FrozenLakeEnv()
+        obs, info = env.reset(seed=seed)
+        rows = obs.splitlines()
+        assert len(rows) == 4 and all(len(r) == 4 for r in rows) and not info["success"]
+        assert rows[0][0] == "P" and rows[-1][-1] == "G"
+        assert env.optimal_success_probability() > 0, f"seed {seed}"
+        # Independent check: flood fill over non-hole tiles reaches the goal.
+        seen, todo = {(0, 0)}, [(0, 0)]
+        while todo:
+            r, c = todo.pop()
+            for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+                if 0 <= nr < 4 and 0 <= nc < 4 and (nr, nc) not in seen and rows[nr][nc] != "O":
+                    seen.add((nr, nc))
+                    todo.append((nr, nc))
+        assert (3, 3) in seen, f"seed {seed}:\n{obs}"
+
+
+def test_maps_vary_with_the_seed():
+    maps = set()
+    for seed in range(50):
+        maps.add(FrozenLakeEnv().reset(seed=seed)[0])
+    assert len(maps) > 10
+
+
+def test_expert_solves_every_nonslippery_map():
+    for seed in range(N_SEEDS):
+        env = FrozenLakeEnv(is_slippery=False)
+        env.reset(seed=seed)
+        info = play(env, lambda e: e.expert_action())
+        assert info.get("success"), f"seed {seed}:\n{env.render()}"
+
+
+def test_slippery_expert_clearly_beats_random():
+    rng = np.random.default_rng(0)
+    wins = {"expert": 0, "random": 0}
+    predicted = 0.0
+    policies = {"expert": lambda e: e.expert_action(),
+                "random": lambda e: e.actions[int(rng.integers(4))]}
+    for seed in range(N_SEEDS):
+        for who, policy in policies.items():
+            env = FrozenLakeEnv()
+            env.reset(seed=seed)
+            if who == "expert":
+                predicted += env.optimal_success_probability()
+            wins[who] += bool(play(env, policy).get("success"))
+    rate = {k: v / N_SEEDS for k, v in wins.items()}
+    print("slippery success rates over", N_SEEDS, "maps:", rate, "predicted", predicted / N_SEEDS)
+    assert rate["expert"] > 2 * rate["random"] and rate["expert"] - rate["random"] > 0.2, rate
+    # The expert achieves its planned probability: a mean of 300 Bernoullis has std <= 0.029.
+    assert rate["expert"] == pytest.approx(predicted / N_SEEDS, abs=0.1)
+
+
+def test_slippery_expert_avoids_the_risky_edge():
+    # Walking Right along the top row risks slipping Down into the holes; the planner knows that
+    # the only safe way is to keep pushing into the wall side (Up), sliding Left/Right only.
+    env = FrozenLakeEnv.from_text("P__G\nOOOO\n____\n____")
+    assert env.expert_action() == "Up"
+    assert env.optimal_success_probability() > 0.9
+
+
+def test_maps_and_slips_are_deterministic_given_the_seed():
+    def run(seed):
+        env = FrozenLakeEnv()
+        out = [env.reset(seed=seed)[0]]
+        for a in ["Right", "Down"] * 5:
+            obs, r, term, trunc, info = env.step(a)
+            out.append((obs, info["actual"]))
+            if term or trunc:
+                break
+        return out
+
+    assert run(7) == run(7)
+    assert {str(run(s)) for s in range(20)} != {str(run(7))}
+
+
+def test_unknown_action_lists_the_valid_ones():
+    env = FrozenLakeEnv()
+    env.reset(seed=0)
+    with pytest.raises(ValueError) as e:
+        env.step("Jump")
+    assert all(a in str(e.value) for a in env.actions)
+    assert env.parse_action(" down ") == "Down" and env.parse_action("Jump") is None
+
+
+@pytest.mark.parametrize("kwargs, field", [({"size": 1}, "size"), ({"p_frozen": 0}, "p_frozen"),
+                                           ({"p_frozen": 1.5}, "p_frozen"), ({"slip_prob": -0.1}, "slip_prob"),
+                                           ({"slip_prob": 2}, "slip_prob"), ({"max_steps": 0}, "max_steps")])
+def test_bad_arguments(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        FrozenLakeEnv(**kwargs)
+
+
+@pytest.mark.parametrize("board", ["P_\n_", "PP\n_G", "P_\n__", "P_\nZG"])
+def test_from_text_rejects_bad_boards(board):
+    with pytest.raises(ValueError):
+        FrozenLakeEnv.from_text(board)
