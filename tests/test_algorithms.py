@@ -200,3 +200,110 @@ def test_mix_reasoning_advantage_by_hand():
     # within groups of 2: (0, 1 | 5, 5) → (−1, 1 | 0, 0); reasoning all equal → 0
     assert_close(A.mix_reasoning_advantage(t(0, 1, 5, 5), t(.1, .1, .1, .1), group_size=2),
                  t(-1, 1, 0, 0), atol=1e-6, rtol=0)
+
+
+# --- edge cases and extra hand checks ------------------------------------------------------------
+def test_masked_mean_dims_and_empty_mask():
+    x, m = t(1, 2, 3, 4).view(2, 2), t(1, 1, 0, 0).view(2, 2)
+    assert_close(A.masked_mean(x, m), torch.tensor(1.5))  # (1 + 2)/2
+    assert_close(A.masked_mean(x, m, dim=1), t(1.5, 0))  # row 2 empty → 0, not NaN
+    assert_close(A.masked_mean(x, torch.zeros(2, 2)), torch.tensor(0.0))
+
+
+def test_whiten_without_mean_shift():
+    # masked 1, 3: mean 2, std 1 → whitened −1, 1; shift_mean=False adds the mean back → 1, 3
+    out = A.masked_whiten(t(1, 100, 3)[None], t(1, 0, 1)[None], shift_mean=False)
+    assert_close(out[0, [0, 2]], t(1, 3), atol=1e-6, rtol=0)
+
+
+def test_gae_returns_and_empty_rows_match_loop():
+    g = torch.Generator().manual_seed(3)
+    m = (torch.rand(3, 9, generator=g) > .5).float()
+    m[1] = 0  # a row with no policy tokens
+    r, v = torch.randn(3, 9, generator=g) * m, torch.randn(3, 9, generator=g)
+    adv, ret = A.gae(r, v, m, gamma=.95, lam=.9)
+    ref = _gae_loop(r, v, m, .95, .9)
+    assert_close(adv, ref)
+    assert_close(ret, (ref + v) * m)
+    assert (adv[1] == 0).all() and (ret[1] == 0).all()
+
+
+def test_grpo_edge_cases():
+    # group of 1: std taken as 0, so the advantage is (r − r)/(0 + eps) = 0, never NaN
+    assert_close(A.grpo_advantages(t(3, 5), 1), t(0, 0))
+    with pytest.raises(ValueError, match="divisible"):
+        A.grpo_advantages(t(1, 2, 3), 2)
+
+
+def test_policy_loss_broadcasts_sequence_advantages_and_approx_kl():
+    # ρ = (2, .5) on one row, A = 1 (broadcast): clip at .8/1.2 → −min(2, 1.2) = −1.2, −min(.5, .8) = −.5
+    # loss −(1.2 + .5)/2 = −.85; k3 = ((2 − 1) − ln 2 + (.5 − 1) − ln .5)/2 = (1 − .5)/2 = .25
+    logp = torch.log(t(2, .5))[None]
+    loss, s = A.clipped_policy_loss(logp, torch.zeros(1, 2), t(1), torch.ones(1, 2))
+    assert_close(loss, torch.tensor(-.85))
+    assert_close(s["approx_kl"], torch.tensor(.25))
+    assert_close(s["ratio_mean"], torch.tensor(1.25))
+    assert_close(s["clip_frac_high"], torch.tensor(.5))
+    assert float(s["clip_frac_low"]) == 0  # ρ = .5 < .8 but A > 0: the min keeps ρ·A, no clip
+    with pytest.raises(ValueError, match="token-mean"):
+        A.clipped_policy_loss(logp, logp, t(1), torch.ones(1, 2), agg="sum")
+
+
+def test_value_loss_takes_the_larger_term_per_token():
+    # old 0, new .9, return 2, clip .5: (.9 − 2)² = 1.21, clipped (.5 − 2)² = 2.25 → .5·2.25
+    # old 0, new 3, return 2: (3 − 2)² = 1, clipped (.5 − 2)² = 2.25 → max 2.25 too;
+    # old 0, new −1, return −2: (−1 + 2)² = 1, clipped (−.5 + 2)² = 2.25; mask drops a 4th token
+    loss = A.clipped_value_loss(t(.9, 3, -1, 7)[None], torch.zeros(1, 4), t(2, 2, -2, 0)[None],
+                                t(1, 1, 1, 0)[None], clip=.5)
+    assert_close(loss, torch.tensor(1.125))
+    # inside the clip range the loss is plain ½(v − R)²: v .2 (old 0), R 1 → ½·.64 = .32
+    assert_close(A.clipped_value_loss(t(.2)[None], t(0)[None], t(1)[None], t(1)[None]), torch.tensor(.32))
+
+
+def test_entropy_with_masked_vocabulary_is_finite():
+    # two live logits equal, two −inf: entropy of a fair coin = ln 2
+    h = A.entropy_from_logits(t(0, 0, -math.inf, -math.inf))
+    assert_close(h, torch.tensor(math.log(2)))
+
+
+def test_select_groups_ties_random_and_errors():
+    # stds: g0 .5, g1 .5, g2 0, g3 .5 → top-2 picks the lower-indexed tied pair g0, g1
+    r = t(0, 1, 2, 3, 5, 5, 7, 8)
+    assert A.select_groups(r, 2, .5).tolist() == [0, 1]
+    assert A.select_groups(r, 2, .25, mode="bottom").tolist() == [2]
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    a = A.select_groups(r, 2, .75, mode="random", generator=g1)
+    assert a.tolist() == A.select_groups(r, 2, .75, mode="random", generator=g2).tolist()  # reproducible
+    assert len(set(a.tolist())) == 3 and a.dtype == torch.long  # without replacement
+    with pytest.raises(ValueError, match="mode"):
+        A.select_groups(r, 2, .5, mode="middle")
+    with pytest.raises(ValueError, match="divisible"):
+        A.select_groups(r, 3, .5)
+    with pytest.raises(ValueError, match="keep_fraction"):
+        A.select_groups(r, 2, 1.5)
+
+
+def test_v_star_between_min_and_max():
+    r = torch.rand(6, 5, generator=torch.Generator().manual_seed(2))
+    for beta1 in (1e-2, .1, .5, 2.0, 50.0):
+        v = A.apo_v_star(r, beta1=beta1)
+        assert (v <= r.max(1).values + 1e-6).all() and (v >= r.min(1).values - 1e-6).all()
+        assert (v >= r.mean(1) - 1e-6).all()  # Jensen: the soft max is at least the mean
+
+
+def test_apo_gradient_lowers_logp_when_reward_below_v_star():
+    # β2 = .1, log-ratio 0; r − V* = 0 − .5 = −.5; residual .5 → loss .25, d/dlogp = 2·.5·.1 = .1 > 0
+    lp = t(0.0).requires_grad_()
+    loss, s = A.apo_loss(lp, t(0.0), t(0.0), t(.5), beta2=.1)
+    loss.backward()
+    assert_close(loss, torch.tensor(.25))
+    assert_close(lp.grad, t(.1))  # descent lowers log π
+    assert_close(s["apo/adv_mean"], torch.tensor(-.5))
+    assert_close(s["apo/residual_mean"], torch.tensor(.5))
+
+
+def test_zscore_by_hand():
+    # (1, 2, 3): mean 2, population std sqrt(2/3) = .8165 → (−1.2247, 0, 1.2247); constant → 0
+    s = 1 / math.sqrt(2 / 3)
+    assert_close(A.zscore(t(1, 2, 3)), t(-s, 0, s))
+    assert_close(A.zscore(t(4, 4)), t(0, 0))

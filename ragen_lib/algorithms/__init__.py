@@ -9,8 +9,10 @@ from ragen_lib.algorithms.advantages import (
     zscore,
 )
 from ragen_lib.algorithms.apo import apo_loss, apo_v_star, sequence_logprob
-from ragen_lib.algorithms.filtering import expand_group_mask, select_groups
+from ragen_lib.algorithms.filtering import FILTER_MODES, expand_group_mask, select_groups
 from ragen_lib.algorithms.losses import (
+    KL_ESTIMATORS,
+    POLICY_AGGS,
     clipped_policy_loss,
     clipped_value_loss,
     entropy_from_logits,
@@ -18,6 +20,6 @@ from ragen_lib.algorithms.losses import (
     token_logprobs,
 )
 
-__all__ = ["apo_loss", "apo_v_star", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits",
+__all__ = ["FILTER_MODES", "KL_ESTIMATORS", "POLICY_AGGS", "apo_loss", "apo_v_star", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits",
            "expand_group_mask", "gae", "grpo_advantages", "kl_penalty", "masked_mean", "masked_whiten",
            "mix_reasoning_advantage", "select_groups", "sequence_logprob", "token_logprobs", "zscore"]

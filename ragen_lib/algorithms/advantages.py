@@ -1,4 +1,4 @@
-"""Advantage estimators: pure functions of tensors and a policy-token mask."""
+"""Advantage estimators: pure functions of tensors and a policy-token mask (1 on model tokens)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import torch
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
-    """Mean of x over entries where mask is 1 (0 when the mask is empty)."""
+    """Mean of x over entries where mask is 1; 0 when the mask is empty (denominator clamped to 1).
+
+    x, mask (B, T); dim None → 0-d, dim=1 → (B,).
+    """
     mask = mask.to(x.dtype)
     if dim is None:
         return (x * mask).sum() / mask.sum().clamp(min=1)
@@ -14,65 +17,89 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8):
-    """(x − mean) / std over the masked entries (population variance). RAGEN whitens GAE
-    advantages over policy tokens; with shift_mean=False only the scale changes."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
-    out = (x - mean) * torch.rsqrt(var + eps)
+    """(x − mean) / sqrt(var + eps), mean and var over the masked entries only.
+
+    Normalisation: population variance (unbiased=False), as TRL's `masked_whiten`. RAGEN whitens the
+    GAE advantages over policy tokens. shift_mean=False adds the mean back (only the scale changes).
+    x, mask (B, T) → (B, T); off-mask entries are transformed too but carry no meaning.
+    """
+    mean = masked_mean(x, mask)  # ()
+    var = masked_mean((x - mean) ** 2, mask)  # () population variance
+    out = (x - mean) * torch.rsqrt(var + eps)  # (B, T)
     return out if shift_mean else out + mean
 
 
 def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
         lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over policy tokens only (Schulman et al. 2016).
+    """Generalised advantage estimation over policy tokens only (Schulman et al. 2016, eq. 16):
+    A_t = Σ_l (γλ)^l δ_{t+l},  δ_t = r_t + γ V(next) − V_t.
 
     Observation tokens (mask 0) are skipped, not treated as steps: the "next" value of a policy
-    token is the value of the next policy token in the row, 0 after the last one, so the
-    environment's text between turns does not discount or bootstrap. All tensors (B, T).
-    Returns (advantages, returns = advantages + values), both 0 off the mask.
+    token is the value of the next policy token in the same row, 0 after the last one (no bootstrap
+    at the end of the episode), so the environment's text between turns neither discounts nor
+    bootstraps — as RAGEN does with observation tokens masked out. Rewards off the mask are ignored.
+    No normalisation here (whiten afterwards with `masked_whiten`).
+
+    token_rewards, values, mask (B, T). Returns (advantages, returns = advantages + values), both
+    (B, T) and 0 off the mask. Vectorised over B, loop over T backwards.
     """
-    mask = mask.to(values.dtype)
+    mask = mask.to(values.dtype)  # (B, T)
     B, T = values.shape
-    adv = torch.zeros_like(values)
-    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,)
-    running = torch.zeros_like(next_value)
+    adv = torch.zeros_like(values)  # (B, T)
+    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)  # (B,) V of next policy token
+    running = torch.zeros_like(next_value)  # (B,) A of next policy token
     for t in reversed(range(T)):
-        m = mask[:, t]
-        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        on = mask[:, t] > 0  # (B,)
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]  # (B,)
         # Off-mask positions carry the running state through unchanged.
-        running = torch.where(m > 0, delta + gamma * lam * running, running)
-        next_value = torch.where(m > 0, values[:, t], next_value)
-        adv[:, t] = running * m
+        running = torch.where(on, delta + gamma * lam * running, running)
+        next_value = torch.where(on, values[:, t], next_value)
+        adv[:, t] = running * mask[:, t]
     return adv, (adv + values) * mask
 
 
+def _check_groups(n: int, group_size: int) -> None:
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"batch of {n} is not divisible by group_size={group_size} "
+                         f"(cannot split into groups of {group_size})")
+
+
 def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6):
-    """GRPO (Shao et al. 2024): each trajectory reward minus its group's mean, divided by the
-    group's *unbiased* std (as TRL) when `scale`. rewards (B,), groups contiguous, B = P·N."""
-    if rewards.numel() % group_size:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    """GRPO outcome advantage (Shao et al. 2024, DeepSeekMath §4.1.2): Â_i = (r_i − mean(r)) / (std(r) + eps).
+
+    Normalisation: within each group of `group_size` contiguous trajectories (same prompt), with
+    the *unbiased* std (Bessel, torch's default; TRL does the same). scale=False gives r − mean only
+    (Dr. GRPO). A constant group gets 0. A group of 1 has std 0 by convention (not NaN).
+    rewards (B,), B = P·N → (B,). Raises ValueError when B is not divisible by group_size.
+    """
+    _check_groups(rewards.numel(), group_size)
     g = rewards.view(-1, group_size)  # (P, N)
-    centred = g - g.mean(dim=1, keepdim=True)
+    centred = g - g.mean(dim=1, keepdim=True)  # (P, N)
     if scale:
-        std = g.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(g[:, :1])
+        std = g.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(g[:, :1])  # (P, 1)
         centred = centred / (std + eps)
-    return centred.reshape(-1)
+    return centred.reshape(-1)  # (B,)
 
 
 def zscore(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x − mean) / population std over the batch; all-equal input gives zeros."""
+    """(x − mean) / (population std + eps) over the whole batch (unbiased=False); constant → 0. (B,) → (B,)."""
     return (x - x.mean()) / (x.std(unbiased=False) + eps)
+
+
+def _group_zscore(x: torch.Tensor, group_size: int, eps: float = 1e-8) -> torch.Tensor:
+    _check_groups(x.numel(), group_size)
+    g = x.view(-1, group_size)  # (P, N)
+    return ((g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + eps)).reshape(-1)
 
 
 def mix_reasoning_advantage(env_rewards: torch.Tensor, reasoning_rewards: torch.Tensor, lam: float = 0.4,
                             group_size: int | None = None) -> torch.Tensor:
-    """A = z(env) + λ·z(reasoning) (WebShop-lite report, λ = 0.4). z over the whole batch, or
-    within each group of `group_size` when given. The bonus shapes the update, never success."""
+    """A = z(env) + λ·z(reasoning) (WebShop-lite report, λ = 0.4).
+
+    Normalisation: z is the population-std z-score over the whole batch when group_size is None,
+    or within each contiguous group of `group_size` otherwise. The reasoning bonus shapes the
+    update only; success is still measured on env rewards. (B,), (B,) → (B,).
+    """
     if group_size is None:
         return zscore(env_rewards) + lam * zscore(reasoning_rewards)
-
-    def z(x):
-        g = x.view(-1, group_size)
-        return ((g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + 1e-8)).reshape(-1)
-
-    return z(env_rewards) + lam * z(reasoning_rewards)
+    return _group_zscore(env_rewards, group_size) + lam * _group_zscore(reasoning_rewards, group_size)

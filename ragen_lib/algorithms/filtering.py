@@ -4,33 +4,39 @@ from __future__ import annotations
 
 import torch
 
+FILTER_MODES = ("top", "bottom", "random")
+
 
 def select_groups(rewards: torch.Tensor, group_size: int, keep_fraction: float, mode: str = "top",
                   generator: torch.Generator | None = None) -> torch.Tensor:
-    """Indices (ascending) of the groups kept, k = max(1, round(keep_fraction · P)).
+    """Indices (LongTensor, ascending) of the groups kept, k = max(1, round(keep_fraction · P)).
 
-    The std is of each group's RAW trajectory rewards (population std). RAGEN's released code
-    measured it after GRPO normalisation, where every std is about 1 (or 0), so its filter kept
-    an almost arbitrary subset; we measure before. mode "top": highest std (StarPO-S); "bottom":
-    lowest std; "random": uniform (the two controls). Ties keep the lower index.
+    Uncertainty = std of each group's RAW trajectory rewards (population std, unbiased=False),
+    measured before any GRPO normalisation. RAGEN's released code measured it after
+    normalisation, where every group's std is about 1 (or 0), so its filter kept an almost
+    arbitrary subset; we measure before. Note round() is Python's (half to even).
+    mode "top": highest std (StarPO-S; zero-variance groups go first); "bottom": lowest std;
+    "random": uniform without replacement using `generator` (the two controls). Ties keep the
+    lower index (stable sort). rewards (B,), B = P·N → (k,).
     """
     if not 0 < keep_fraction <= 1:
         raise ValueError(f"keep_fraction must be in (0, 1], got {keep_fraction}")
-    std = rewards.view(-1, group_size).std(dim=1, unbiased=False)  # (P,)
+    if mode not in FILTER_MODES:
+        raise ValueError(f"filter mode={mode!r}; valid: {', '.join(FILTER_MODES)}")
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards are not divisible by group_size={group_size}")
+    std = rewards.detach().float().view(-1, group_size).std(dim=1, unbiased=False).cpu()  # (P,)
     P = std.numel()
     k = max(1, round(keep_fraction * P))
     if mode == "random":
-        idx = torch.randperm(P, generator=generator)[:k]
-    elif mode in ("top", "bottom"):
-        order = torch.argsort(-std if mode == "top" else std, stable=True)
-        idx = order[:k]
+        idx = torch.randperm(P, generator=generator)[:k]  # (k,)
     else:
-        raise ValueError(f"filter mode={mode!r}; valid: top, bottom, random")
-    return torch.sort(idx).values
+        idx = torch.argsort(-std if mode == "top" else std, stable=True)[:k]  # (k,)
+    return torch.sort(idx).values.long().to(rewards.device)
 
 
 def expand_group_mask(group_idx: torch.Tensor, num_groups: int, group_size: int) -> torch.Tensor:
-    """(B,) bool: True on every episode of the kept groups."""
-    keep = torch.zeros(num_groups, dtype=torch.bool)
+    """(B,) bool, B = num_groups · group_size: True on every episode of the kept groups."""
+    keep = torch.zeros(num_groups, dtype=torch.bool, device=group_idx.device)  # (P,)
     keep[group_idx] = True
-    return keep.repeat_interleave(group_size)
+    return keep.repeat_interleave(group_size)  # (B,)
