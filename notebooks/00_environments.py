@@ -33,6 +33,7 @@ model_name = experiments.load_profile(profile)["overrides"].get("model.name")
 # ## Each env at reset, and its expert playing one episode
 
 # %%
+# NBVAL_CHECK_OUTPUT
 for name in ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvocab", "frozenlake", "webshop"]:
     env = make(name)
     obs, _ = env.reset(seed=seed)
@@ -48,6 +49,7 @@ for name in ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvoc
 # ## The prompt of the first turn (Sokoban), through the tokenizer's chat template
 
 # %%
+# NBVAL_CHECK_OUTPUT
 model, tok = models.load(model_name)
 episode = Episode(make("sokoban"), seed, RolloutConfig())
 print(tok.apply_chat_template(episode.messages, tokenize=False, add_generation_prompt=True))

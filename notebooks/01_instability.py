@@ -65,8 +65,10 @@ fig = plots.curves(df, ["success", "val/success", "reward/std", "policy/grad_nor
 figures = [plots.save(fig, profile, "01_instability_curves")]
 
 # %%
-# NBVAL_CHECK_OUTPUT
 verdict = judge(df)
 verdict.figures = figures
-verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(profile, df.attrs["wall_s"])
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print(verdict)

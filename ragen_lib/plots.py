@@ -8,6 +8,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from ragen_lib import runs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,6 +48,8 @@ def bars(df: pd.DataFrame, x: str, y: str, *, hue: str | None = None, title: str
     fig, ax = plt.subplots(figsize=(6, 3.2))
     sns.barplot(data=df, x=x, y=y, hue=hue, ax=ax, errorbar=None)
     ax.set_title(title)
+    if df[x].nunique() > 3:  # long variant names overlap otherwise
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     _stamp(fig, df)
     fig.tight_layout()
     return fig
@@ -58,7 +62,7 @@ def _stamp(fig, df: pd.DataFrame) -> None:
 
 
 def save(fig: plt.Figure, profile: str, name: str) -> str:
-    out = ROOT / "outputs" / profile / "figures" / f"{name}.png"
+    out = runs.output_root(profile) / "figures" / f"{name}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")
-    return str(out.relative_to(ROOT))
+    return str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else str(out)

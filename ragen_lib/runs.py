@@ -27,6 +27,13 @@ import yaml
 DONE = "DONE"
 
 
+def output_root(profile: str) -> Path:
+    """`outputs/<profile>` of the checkout, or `$RAGEN_OUTPUTS/<profile>` (the notebook tests point
+    it at a scratch folder so they never reuse or overwrite a researcher's runs)."""
+    base = os.environ.get("RAGEN_OUTPUTS") or Path(__file__).resolve().parent.parent / "outputs"
+    return Path(base) / profile
+
+
 class CorruptRunError(RuntimeError):
     """A run file cannot be read; the message names the file and what to do."""
 
@@ -266,19 +273,88 @@ def load(root, finding: str | None = None, *, include_running: bool = True):
     return df.replace({None: math.nan}) if df.isna().any().any() else df
 
 
-def run_grid(root, finding: str, cfgs: list[dict], train_fn, *, progress: bool = True) -> list[Path]:
+def load_samples(root, finding: str, run_ids=None):
+    """One row per logged trajectory: run_id, step, env, seed, reward, success, thinks, responses,
+    transcript (what `trainer` writes every `train.samples_every` steps)."""
+    import pandas as pd
+
+    rows = []
+    for cfg_file in sorted((Path(root) / "runs" / finding).glob("*/config.yaml")):
+        path = cfg_file.parent
+        if run_ids is not None and path.name not in run_ids:
+            continue
+        run = Run(path, yaml.safe_load(cfg_file.read_text()))
+        rows += [{"run_id": path.name, **s} for s in run._read("samples.jsonl", repair=False)]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", "step", "seed", "thinks"])
+
+
+def run_grid(root, finding: str, cfgs: list[dict], train_fn, *, progress: bool = True,
+             slots: list[dict] | None = None) -> list[Path]:
     """Train every config not already DONE under `<root>/runs/<finding>/`; returns the run folders.
-    `train_fn(cfg_dict, run)` does the work and resumes itself through `run.resume()`."""
+    `train_fn(cfg_dict, run)` does the work and resumes itself through `run.resume()`.
+
+    `slots`: one dict of environment variables per worker process, e.g. {"CUDA_VISIBLE_DEVICES": "0"}
+    twice to pack two runs on GPU 0, or {"OMP_NUM_THREADS": "1"} per CPU core. With two or more,
+    runs go to a pool of that many spawned processes (train_fn must then be a module-level
+    function). A failed run does not stop the others; the first failure is raised at the end.
+    """
     from tqdm.auto import tqdm
 
     paths = [run_dir(root, finding, c) for c in cfgs]
-    todo = [(c, p) for c, p in zip(cfgs, paths) if not (p / DONE).exists()]
-    bar = tqdm(todo, desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run", unit="run",
-               disable=not progress or not todo)
-    for cfg, path in bar:
-        try:
-            train_fn(cfg, Run(path, cfg))
-        except BaseException:
-            print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
-            raise
+    # Identical configs share one folder: train it once (two workers on one folder would collide).
+    todo = list({p: (c, p) for c, p in zip(cfgs, paths) if not (p / DONE).exists()}.values())
+    bar = tqdm(total=len(todo), desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run",
+               unit="run", disable=not progress or not todo)
+    failures: list[tuple[Path, BaseException]] = []
+    if slots and len(slots) > 1 and len(todo) > 1:
+        failures = _run_pool(todo, train_fn, slots, bar)
+    else:
+        for cfg, path in todo:
+            try:
+                train_fn(cfg, Run(path, cfg))
+            except BaseException:
+                print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
+                raise
+            bar.update()
+    bar.close()
+    if failures:
+        names = ", ".join(p.name for p, _ in failures)
+        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed ({names}); the others finished. "
+                           "Failed runs keep their metrics and last checkpoint: rerun to resume them.") \
+            from failures[0][1]
     return paths
+
+
+def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseException]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn, not fork: a forked CUDA context or a forked torch thread pool is unusable.
+    ctx = multiprocessing.get_context("spawn")
+    free = ctx.Queue()
+    for slot in slots:
+        free.put(dict(slot))
+    failures = []
+    with ProcessPoolExecutor(len(slots), mp_context=ctx, initializer=_claim_slot, initargs=(free,)) as pool:
+        futures = {pool.submit(_train_in_worker, train_fn, cfg, str(path)): path for cfg, path in todo}
+        for fut in as_completed(futures):
+            if fut.exception() is not None:
+                print(f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last checkpoint "
+                      "are kept: rerun to resume")
+                failures.append((futures[fut], fut.exception()))
+            bar.update()
+    return failures
+
+
+def _claim_slot(free) -> None:
+    """Pool initializer: this worker takes one slot's environment for its whole life."""
+    env = free.get()
+    os.environ.update(env)
+    if "OMP_NUM_THREADS" in env:
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+
+
+def _train_in_worker(train_fn, cfg: dict, path: str) -> None:
+    train_fn(cfg, Run(Path(path), cfg))

@@ -156,6 +156,25 @@ def test_run_grid_reraises_and_names_the_failed_run(tmp_path, capsys):
     assert not Run(runs.run_dir(tmp_path, "f", CFG), CFG).done
 
 
+def pooled_train(cfg, run):
+    """Module level so that spawned pool workers can unpickle it."""
+    if cfg["train"]["seed"] == 99:
+        raise RuntimeError("diverged")
+    run.log(0, {"slot": os.environ["RAGEN_TEST_SLOT"], "pid": os.getpid()})
+    run.mark_done()
+
+
+def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_path):
+    cfgs = runs.expand_grid(CFG, {"train.seed": [0, 1, 2, 99]})
+    slots = [{"RAGEN_TEST_SLOT": "a"}, {"RAGEN_TEST_SLOT": "b"}]
+    with pytest.raises(RuntimeError, match="1 of 4 runs failed"):
+        runs.run_grid(tmp_path, "f", cfgs, pooled_train, progress=False, slots=slots)
+    df = runs.load(tmp_path, "f")
+    assert sorted(df["cfg.train.seed"]) == [0, 1, 2]  # the three good runs finished despite the failure
+    assert set(df["slot"]) <= {"a", "b"} and os.getpid() not in set(df["pid"])
+    assert not Run(runs.run_dir(tmp_path, "f", cfgs[3]), cfgs[3]).done
+
+
 # The writer under test. It runs in a forked child of one helper process (spawned with
 # sys.executable), so torch is imported once rather than once per kill: that keeps the test fast.
 SCRIPT = """
