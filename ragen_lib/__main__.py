@@ -2,11 +2,13 @@
 
     python -m ragen_lib demo [--env sokoban] [--model NAME] ...     play and print one episode group
     python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
+    python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -33,14 +35,22 @@ def _run(args) -> int:
 
     cfg = config.load(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg.to_dict())
-    run = runs.Run(path, cfg.to_dict())
-    if run.done:
+    # Data parallel (accelerate launch / torchrun): rank 0 alone opens the run folder and logs.
+    run = runs.Run(path, cfg.to_dict()) if os.environ.get("RANK", "0") == "0" else None
+    if (path / runs.DONE).exists():
         print(f"finished run reused: {path} (delete its DONE file to train again)")
         return 0
-    if run.last_step >= 0:
+    if run is not None and run.last_step >= 0:
         print(f"resuming {path} after step {run.last_step}")
     trainer.train(cfg, run, progress=not args.quiet)
     print(f"run finished: {path}")
+    return 0
+
+
+def _bench(args) -> int:
+    from ragen_lib import bench
+
+    bench.run(args.model, args.device, args.out, quick=args.quick)
     return 0
 
 
@@ -61,8 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", default="outputs/cli", help="run store root (default outputs/cli)")
     run.add_argument("--finding", default="adhoc", help="sub-folder of <out>/runs/")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench = sub.add_parser("bench", help="time load, generation, prefill, a train step and the update")
+    bench.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
+    bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    bench.add_argument("--out", default="outputs/bench", help="writes <out>/<device>.md and .json")
+    bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
     args = parser.parse_args(argv)
-    return {"demo": _demo, "run": _run}[args.command](args)
+    return {"demo": _demo, "run": _run, "bench": _bench}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,16 @@ import torch
 
 _WORD = re.compile(r"[a-z0-9]+")
 
-#: The keys `trainer.train` writes every step. Plots and notebooks read these names.
+#: The keys `trainer.train` writes every step (`time/v_star`: A*-PO only, at step 0 and at each
+#: V* refresh; warm-up and validation add `warmup/*` and `val/*`). Plots and notebooks read these.
 STEP_KEYS = (
     "success", "reward/mean", "reward/std", "reward/group_std", "reward/group_std_kept",
     "reward/frac_zero_std", "format_valid", "policy/entropy", "policy/grad_norm", "policy/kl_ref",
     "policy/clip_frac_low", "policy/clip_frac_high", "policy/approx_kl", "loss/policy", "loss/value",
     "loss/apo", "response/length", "reasoning/length", "reasoning/distinct2", "reasoning/mi",
-    "reasoning/consistency", "rollout/truncated", "rollout/turns", "skipped_steps",
-    "time/rollout", "time/forward", "time/update", "time/step", "throughput/tokens_per_s",
+    "reasoning/consistency", "rollout/kept", "rollout/truncated", "rollout/turns", "skipped_steps", "warmup",
+    "time/rollout", "time/forward", "time/update", "time/step", "time/v_star",
+    "throughput/gen_tokens_per_s", "throughput/train_tokens_per_s",
     "memory/peak_gb",
 )
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ragen_lib import algorithms as A
@@ -74,6 +76,105 @@ def _micro(batch: dict, rows: torch.Tensor, device) -> dict:
     """Rows of a batch, trimmed to their longest sequence (right padding is never computed)."""
     width = int(batch["attention_mask"][rows].sum(1).max())
     return {k: (v[rows][:, :width] if v.dim() == 2 else v[rows]).to(device) for k, v in batch.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Data parallel: one process per device under `accelerate launch --multi_gpu` or `torchrun`
+# ----------------------------------------------------------------------------------------------
+class Ranks:
+    """This process's place in a data-parallel run. With one process every method is the identity
+    (or the single-process function), so `train` has one code path.
+
+    The launcher sets WORLD_SIZE / RANK / LOCAL_RANK and the rendezvous address; we open the
+    torch.distributed group ourselves (gloo on CPU, nccl on GPU), because accelerate's state opens
+    none for CPU processes. Every rank holds the whole model and plays a contiguous share of the
+    step's groups; what is gathered or summed across ranks is named at each call in `train`.
+    """
+
+    def __init__(self, device: str):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.main = self.rank == 0
+        self.device = device
+        self._opened = self.world > 1 and not dist.is_initialized()
+        if self._opened:
+            if device.startswith("cuda"):
+                torch.cuda.set_device(device)
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+
+    def shard(self, xs: list) -> list:
+        """This rank's contiguous slice of `xs` (len(xs) divisible by world, checked by `train`)."""
+        n = len(xs) // self.world
+        return xs[self.rank * n:(self.rank + 1) * n]
+
+    def cat(self, x):
+        """Every rank's `x` (a tensor, a list, or a dict of them) concatenated in rank order."""
+        if self.world == 1:
+            return x
+        parts = [None] * self.world
+        dist.all_gather_object(parts, x)
+        return _concat(parts)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world == 1:
+            return x
+        y = x.detach().to(self.device, torch.float64)
+        dist.all_reduce(y)
+        return y.to(x.device, x.dtype)
+
+    def masked_mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A.masked_mean over the whole batch of all ranks."""
+        if self.world == 1:
+            return A.masked_mean(x, mask)
+        total = self.sum(torch.stack([(x * mask).sum(), mask.sum()]))
+        return total[0] / total[1].clamp(min=1)
+
+    def masked_whiten(self, x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        """A.masked_whiten with the mean and population variance of the whole batch of all ranks."""
+        if self.world == 1:
+            return A.masked_whiten(x, mask, eps=eps)
+        mean = self.masked_mean(x, mask)
+        return (x - mean) * torch.rsqrt(self.masked_mean((x - mean) ** 2, mask) + eps)
+
+    def sum_grads(self, module: nn.Module) -> None:
+        """Sum each gradient over ranks. Every rank divides its loss by the token count of the
+        GLOBAL mini-batch, so the sum is exactly the single-process token-mean gradient (DDP's
+        mean over ranks would be right only if every rank held the same number of tokens)."""
+        if self.world == 1:
+            return
+        for p in module.parameters():
+            if p.requires_grad:
+                if p.grad is None:  # this rank had no rows in the mini-batch
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (a picklable object)."""
+        if self.world == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def copy_weights(self, *modules) -> None:
+        """Every rank takes rank 0's weights (they already agree; this makes sure)."""
+        for m in modules if self.world > 1 else ():
+            for t in m.state_dict().values():
+                dist.broadcast(t, src=0)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def close(self) -> None:
+        if self._opened:
+            dist.destroy_process_group()
+
+
+def _concat(parts: list):
+    if isinstance(parts[0], dict):
+        return {k: _concat([p[k] for p in parts]) for k in parts[0]}
+    return torch.cat(parts) if torch.is_tensor(parts[0]) else [y for part in parts for y in part]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,17 +370,33 @@ def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int) -> dict
 def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     """Train per `cfg`; log to `run` (a `runs.Run`) when given and resume from its checkpoint.
 
-    Returns the metric rows of the steps run in this call.
+    Under `accelerate launch` / `torchrun` (data parallel) only rank 0 uses `run`; the others may
+    pass None. Returns the metric rows of the steps run in this call (the same on every rank).
     """
     t, a = cfg.train, cfg.algo
     if a.advantage == "apo" and a.filter_keep < 1:
         raise ValueError("A*-PO samples one answer per state; the group filter needs algo.filter_keep=1")
     torch.manual_seed(t.seed)
     device = cfg.model.device or models.default_device()
+    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"  # one GPU per process
+    ranks = Ranks(device)
+    if t.groups % ranks.world:
+        raise ValueError(f"train.groups={t.groups} is not divisible by the {ranks.world} processes: each "
+                         "process plays whole groups (the group statistics stay on one process)")
     policy, tok = models.load(cfg.model.name, device=device)
     critic = ValueModel(policy) if a.critic else None
 
-    start, state = (run.resume() if run is not None else (None, None))
+    # Resume: rank 0 reads the run store (dropping the metrics logged after its newest checkpoint)
+    # and names that checkpoint (runs.save_checkpoint's file) to the others, which load the same file.
+    start, state, ckpt = None, None, None
+    if run is not None and ranks.main:
+        start, state = run.resume()
+        ckpt = None if start is None else run.path / "ckpt" / f"step_{start:06d}.pt"
+    start, ckpt = ranks.broadcast((start, ckpt))
+    if state is None and ckpt is not None:
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    run = run if ranks.main else None  # only rank 0 writes metrics, samples and checkpoints
     warm = {}
     if state is None and t.warmup != "none":
         warm = warmup(policy, tok, cfg, device)
@@ -300,6 +417,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         if critic:
             critic.load_state_dict(state["critic"])
             critic_opt.load_state_dict(state["critic_opt"])
+    ranks.copy_weights(policy, reference, *([critic] if critic else []))  # they agree already: make sure
     first = 0 if start is None else start + 1
     skipped = 0 if state is None else state["skipped"]
 
@@ -310,40 +428,52 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         if t.groups * t.group_size > len(pool):
             raise ValueError(f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct "
                              f"states per step from a pool of algo.apo_prompt_pool={len(pool)}; raise it")
+        t_vs = time.perf_counter()
         v_star = state["v_star"] if state is not None else estimate_v_star(reference, tok, cfg, pool, -1)
+        warm["time/v_star"] = time.perf_counter() - t_vs  # stage 1's one-off cost, logged at step 0
 
-    bar = _progress(range(first, t.steps), progress, initial=first, total=t.steps)
-    rows, batch = [], None
+    bar = _progress(range(first, t.steps), progress and ranks.main, initial=first, total=t.steps)
+    rows, full = [], None
     for step in bar:
         t0 = time.perf_counter()
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
+        refresh_s = None
         if a.advantage == "apo" and a.apo_refresh_every and step and step % a.apo_refresh_every == 0:
+            t_vs = time.perf_counter()
             v_star = estimate_v_star(policy, tok, cfg, pool, step)  # re-estimate with the current policy
+            refresh_s = time.perf_counter() - t_vs
 
         # ---- rollout (reused for rollout_reuse consecutive updates: the freshness study) ----
         block = step - step % t.rollout_reuse
-        if batch is None or step == block:
+        if full is None or step == block:  # a resumed run re-plays its block's initial states
             if a.advantage == "apo":  # one sample per state in stage 2
                 pick = _step_rng(cfg, block, 4).choice(len(pool), t.groups * t.group_size, replace=False)
                 seeds, n_per = [pool[i] for i in pick], 1
             else:
                 seeds, n_per = train_seeds(cfg, block), t.group_size
             policy.eval()
-            full = collect(policy, tok, cfg.env.name, seeds, n_per, cfg.rollout,
+            # Each rank plays its contiguous share of the groups (the same initial states the
+            # single-process run plays there) with its own sampling stream.
+            full = collect(policy, tok, cfg.env.name, ranks.shard(seeds), n_per, cfg.rollout,
                            env_kwargs=dict(cfg.env.kwargs), sample_seed=int(_step_rng(cfg, block, 5)
-                                                                             .integers(2**31)))
+                                                                             .integers(2**31)) + ranks.rank)
         t_rollout = time.perf_counter() - t0
+        episodes = ranks.cat(_episode_stats(full))  # every rank's episodes, in single-process order
 
         # ---- uncertainty filter (StarPO-S): keep the groups whose raw rewards vary most ----
+        # The top-k runs over all ranks' groups, identically on every rank; each keeps its own rows.
         m: dict[str, float] = {}
-        n_groups = len(full.seeds) // (1 if a.advantage == "apo" else t.group_size)
+        n_groups = len(episodes["rewards"]) // (1 if a.advantage == "apo" else t.group_size)
         group_size = 1 if a.advantage == "apo" else t.group_size
-        group_std = M.group_reward_std(full.rewards, group_size)
-        keep = A.select_groups(full.rewards, group_size, a.filter_keep, mode=a.filter_mode,
+        group_std = M.group_reward_std(episodes["rewards"], group_size)
+        keep = A.select_groups(episodes["rewards"], group_size, a.filter_keep, mode=a.filter_mode,
                                generator=torch.Generator().manual_seed(int(_step_rng(cfg, step, 6)
                                                                            .integers(2**31))))
-        rows_kept = A.expand_group_mask(keep, n_groups, group_size).nonzero().flatten()
+        kept_all = A.expand_group_mask(keep, n_groups, group_size).nonzero().flatten()  # (B_all,) global rows
+        mine = len(full) * ranks.rank  # this rank's first global episode
+        rows_kept = kept_all[(kept_all >= mine) & (kept_all < mine + len(full))] - mine  # (B,) local rows
+        lo, B_all = int((kept_all < mine).sum()), len(kept_all)  # rows_kept are global kept rows lo…lo+B-1
         m["reward/group_std"] = float(group_std.mean())
         m["reward/group_std_kept"] = float(group_std[keep].mean())
         m["reward/frac_zero_std"] = float((group_std == 0).float().mean())
@@ -373,12 +503,13 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         kl = A.kl_penalty(old_logp, ref_logp, kind=a.kl_estimator) * mask  # (B, T)
         t_forward = time.perf_counter() - t1
 
-        # ---- advantages ----
-        z_reason = A.zscore(reasoning) if a.reasoning_lambda else torch.zeros(B)
+        # ---- advantages (per group on each rank; batch-wide statistics over all ranks) ----
+        reasoning_all = ranks.cat(reasoning)  # (B_all,)
+        z_reason = A.zscore(reasoning_all)[lo:lo + B] if a.reasoning_lambda else torch.zeros(B)
         if a.advantage == "gae":
             tok_r = data["token_rewards"] - (a.kl_coef * kl if a.kl_in_reward else 0.0)
             adv, returns = A.gae(tok_r, values, mask, gamma=a.gamma, lam=a.lam)
-            adv = A.masked_whiten(adv, mask) + a.reasoning_lambda * z_reason[:, None]
+            adv = ranks.masked_whiten(adv, mask) + a.reasoning_lambda * z_reason[:, None]
             adv = adv * mask
         elif a.advantage == "grpo":
             seq = A.grpo_advantages(data["rewards"], group_size, scale=a.grpo_scale)
@@ -389,25 +520,29 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         else:  # apo: the regression target r - V*
             vs = torch.tensor([v_star[full.seeds[i]] for i in rows_kept.tolist()])
             target = data["rewards"] - vs
-            target = target + a.reasoning_lambda * z_reason * target.std(unbiased=False)
+            target = target + a.reasoning_lambda * z_reason * ranks.cat(target).std(unbiased=False)
             adv, returns = target, None
         data.update(old_logp=old_logp, ref_logp=ref_logp, advantages=adv if adv.dim() == 2 else
                     adv[:, None].expand_as(mask).contiguous(), values=values,
                     returns=returns if returns is not None else torch.zeros_like(mask))
 
         # ---- mini-batch updates ----
+        # Mini-batches are drawn from the global batch (same permutation on every rank); each rank
+        # runs the rows it holds and the gradients are summed over ranks before clipping.
         t2 = time.perf_counter()
         policy.train()
         stats = {k: [] for k in ("loss/policy", "loss/value", "loss/apo", "policy/clip_frac_low",
                                  "policy/clip_frac_high", "policy/approx_kl", "policy/grad_norm")}
         gen = torch.Generator().manual_seed(int(_step_rng(cfg, step, 7).integers(2**31)))
+        row_tokens = ranks.cat(mask.sum(1))  # (B_all,) policy tokens per global row
         for _ in range(t.ppo_epochs):
-            for mb_rows in _chunks(torch.randperm(B, generator=gen), t.mini_batch_size):
-                n_tok = float(mask[mb_rows].sum().clamp(min=1))
+            for mb_rows in _chunks(torch.randperm(B_all, generator=gen), t.mini_batch_size):
+                n_tok = float(row_tokens[mb_rows].sum().clamp(min=1))  # token-mean over the GLOBAL mini-batch
+                local_rows = mb_rows[(mb_rows >= lo) & (mb_rows < lo + B)] - lo
                 opt.zero_grad(set_to_none=True)
                 if critic:
                     critic_opt.zero_grad(set_to_none=True)
-                for rows_ in _chunks(mb_rows, t.micro_batch_size):
+                for rows_ in _chunks(local_rows, t.micro_batch_size):
                     mb = _micro(data, rows_, device)
                     share = float(mb["loss_mask"].sum()) / n_tok  # token-mean over the mini-batch
                     logp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
@@ -439,6 +574,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                                                   clip=a.value_clip) * share
                         vl.backward()
                         stats["loss/value"].append(float(vl.detach()))
+                ranks.sum_grads(policy)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), t.grad_clip))
                 stats["policy/grad_norm"].append(grad_norm)
                 if math.isfinite(grad_norm):
@@ -446,51 +582,59 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                 else:
                     skipped += 1  # a NaN/inf gradient would poison the weights: skip and count
                 if critic:
+                    ranks.sum_grads(critic)
                     if math.isfinite(float(torch.nn.utils.clip_grad_norm_(critic.parameters(), t.grad_clip))):
                         critic_opt.step()
         policy.eval()
         t_update = time.perf_counter() - t2
 
         # ---- metrics (names: ragen_lib.metrics.STEP_KEYS) ----
-        gen_tokens = int(full.loss_mask.sum())
-        thinks = [th for ep in full.thinks for th in ep]
-        think_states = [full.seeds[i] for i, ep in enumerate(full.thinks) for _ in ep]
+        # Over all ranks' episodes (`episodes`, `ranks.*`); times and memory are this rank's.
+        gen_tokens = int(episodes["gen_tokens"].sum())
+        thinks = [th for ep in episodes["thinks"] for th in ep]
+        think_states = [episodes["seeds"][i] for i, ep in enumerate(episodes["thinks"]) for _ in ep]
+        turn_valid = [f for ep in episodes["turn_format_valid"] for f in ep]
         m.update({
-            "success": float(full.success.float().mean()),
-            "reward/mean": float(full.rewards.mean()),
-            "reward/std": float(full.rewards.std(unbiased=False)),
-            "format_valid": full.format_valid_rate,
-            "policy/entropy": float(A.masked_mean(ent, mask)),
-            "policy/kl_ref": float(A.masked_mean(A.kl_penalty(old_logp, ref_logp, kind="k1"), mask)),
-            "response/length": gen_tokens / max(int(full.num_turns.sum()), 1),
+            "success": float(episodes["success"].float().mean()),
+            "reward/mean": float(episodes["rewards"].mean()),
+            "reward/std": float(episodes["rewards"].std(unbiased=False)),
+            "format_valid": sum(turn_valid) / max(len(turn_valid), 1),  # RolloutBatch.format_valid_rate
+            "policy/entropy": float(ranks.masked_mean(ent, mask)),
+            "policy/kl_ref": float(ranks.masked_mean(A.kl_penalty(old_logp, ref_logp, kind="k1"), mask)),
+            "response/length": gen_tokens / max(int(episodes["num_turns"].sum()), 1),
             "reasoning/length": float(np.mean([len(tok(th)["input_ids"]) for th in thinks] or [0])),
             "reasoning/distinct2": M.distinct_n(thinks, 2),
             "reasoning/mi": M.reasoning_mi(thinks, think_states),
-            "reasoning/consistency": float(reasoning.mean()) if B else 0.0,
-            "rollout/truncated": float(full.truncated.float().mean()),
-            "rollout/turns": float(full.num_turns.float().mean()),
-            "rollout/kept": B,
+            "reasoning/consistency": float(reasoning_all.mean()) if B_all else 0.0,
+            "rollout/truncated": float(episodes["truncated"].float().mean()),
+            "rollout/turns": float(episodes["num_turns"].float().mean()),
+            "rollout/kept": B_all,
             "skipped_steps": skipped,
             "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
             "throughput/gen_tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
-            "throughput/train_tokens_per_s": float(data["attention_mask"].sum()) * t.ppo_epochs
+            "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum())) * t.ppo_epochs
             / max(t_update, 1e-9),
             "memory/peak_gb": M.peak_memory_gb(device),
         })
-        m.update({k: _mean(v) for k, v in stats.items()})
+        # Per-micro-batch values of every rank; the grad norm is taken after the sum, so it is
+        # the same on every rank and not gathered.
+        m.update({k: _mean(v if k == "policy/grad_norm" else ranks.cat(v)) for k, v in stats.items()})
         if step == 0:
             m.update(warm)
+        if refresh_s is not None:
+            m["time/v_star"] = refresh_s
         m["warmup"] = t.warmup
 
-        # ---- validation on fixed states at temperature 0.5 ----
+        # ---- validation on fixed states at temperature 0.5 (rank 0 plays them all; the rest wait) ----
         if t.val_every and (step % t.val_every == 0 or step == t.steps - 1):
-            for name in (cfg.env.name, *cfg.env.eval_envs):
+            for name in (cfg.env.name, *cfg.env.eval_envs) if ranks.main else ():
                 v = validate(policy, tok, cfg, name)
                 suffix = "" if name == cfg.env.name else f"/{name}"
                 m[f"val/success{suffix}"], m[f"val/format_valid{suffix}"] = v["success"], v["format_valid"]
+            m.update(ranks.broadcast({k: v for k, v in m.items() if k.startswith("val/")}))
         m["time/step"] = time.perf_counter() - t0
         rows.append({"step": step, **m})
-        if progress:
+        if progress and ranks.main:
             bar.set_postfix(success=f"{m['success']:.2f}", fmt=f"{m['format_valid']:.2f}")
 
         # ---- store: metrics, samples, checkpoint ----
@@ -511,7 +655,16 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     if run is not None and not run.done:
         last = run.metrics()[-1] if run.metrics() else {}
         run.mark_done({"steps": t.steps, "final": last})
+    ranks.barrier()  # the others leave once rank 0 has written its last checkpoint
+    ranks.close()
     return rows
+
+
+def _episode_stats(b: RolloutBatch) -> dict:
+    """What the filter and the step metrics need of each episode (small: gathered across ranks)."""
+    return {"rewards": b.rewards, "success": b.success, "truncated": b.truncated, "num_turns": b.num_turns,
+            "gen_tokens": b.loss_mask.sum(1), "seeds": b.seeds, "thinks": b.thinks,
+            "turn_format_valid": b.turn_format_valid}
 
 
 def _mean(values: list[float]) -> float:

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from ragen_lib import config, runs, trainer
+from ragen_lib import config, metrics, runs, trainer
 
 TINY = {"model": {"name": "tiny-random", "device": "cpu"},
         "rollout": {"max_new_tokens": 12},
@@ -44,6 +44,8 @@ def test_every_algorithm_runs_and_logs_the_step_keys(algo, env):
         assert r["warmup"] == "none"
     if algo == "starpo-s":
         assert rows[0]["rollout/kept"] == 2  # top 25% of 2 groups -> 1 group of 2 episodes
+    missing = set(metrics.STEP_KEYS) - set(rows[0])
+    assert missing == (set() if algo == "apo" else {"time/v_star"})  # the names plots rely on
     loss_key = "loss/apo" if algo == "apo" else "loss/policy"
     assert all(math.isfinite(r[loss_key]) for r in rows)
 
@@ -152,3 +154,18 @@ def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path):
     killed, ref = rows(tmp_path / "kill"), rows(tmp_path / "ref")
     assert [r["step"] for r in killed] == list(range(6))
     assert comparable(killed) == comparable(ref)
+
+
+def test_rollout_reuse_collects_once_per_block(monkeypatch):
+    calls = []
+    real = trainer.collect
+
+    def counting(*args, **kwargs):
+        calls.append(args[3])  # the seeds
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "collect", counting)
+    rows = trainer.train(tiny(**{"algo.name": "starpo-grpo", "train.steps": 3, "train.rollout_reuse": 2}),
+                         progress=False)
+    assert len(rows) == 3 and len(calls) == 2  # steps 0-1 share a batch; step 2 starts a new block
+    assert calls[0] != calls[1]

@@ -1,0 +1,408 @@
+"""`make bench`: where the time goes on this machine, each figure beside its naive baseline.
+
+    python -m ragen_lib bench [--model NAME] [--device cpu|cuda] [--out outputs/bench] [--quick]
+
+Writes <out>/<device>.md (a table) and <device>.json. Every row holds the figure, the target
+from issue #5 where there is one (targets are for one H100), and its ratio to the naive way of
+doing the same thing measured in the same run (>1 means faster than naive). Baselines are
+re-measured every run because a ratio taken across machines or versions means nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ragen_lib import models
+
+# Workload per device. cuda is the paper's scale (P=8 prompts × N=16 samples, 400 tokens a turn,
+# 5 turns); cpu and quick only prove that every measurement runs.
+SIZES = {
+    "cuda": dict(groups=8, group_size=16, gen_tokens=128, max_new_tokens=400, max_turns=5,
+                 micro_batch_size=16, update_rows=128, update_max_len=2048, repeats=3, trl_steps=3),
+    "cpu": dict(groups=2, group_size=4, gen_tokens=32, max_new_tokens=32, max_turns=2,
+                micro_batch_size=4, update_rows=8, update_max_len=256, repeats=1, trl_steps=2),
+    "quick": dict(groups=2, group_size=2, gen_tokens=8, max_new_tokens=8, max_turns=1,
+                  micro_batch_size=2, update_rows=4, update_max_len=64, repeats=1, trl_steps=1),
+}
+TRL_HINT = "trl not installed (pip install -e .[bench])"
+
+
+@dataclasses.dataclass
+class Row:
+    what: str
+    value: float | None
+    unit: str
+    target: str = ""
+    vs_naive: float | None = None  # speed-up over the naive baseline of the same row group
+    note: str = ""
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
+
+
+def header(device: str, model: str, quick: bool) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    import transformers
+
+    return {"device": device_name(device), "model": model, "sizes": "quick" if quick else
+            ("cuda" if device.startswith("cuda") else "cpu"), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "commit": commit, "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: str, repeats: int = 1) -> float:
+    """Best wall time of `repeats` calls: the minimum is the figure least disturbed by other jobs."""
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# ----------------------------------------------------------------------------------------------
+# a. model load
+# ----------------------------------------------------------------------------------------------
+def measure_load(name: str, device: str) -> tuple[list[Row], object, object]:
+    before = set(models.cache_dir().glob("*/config.json"))
+    t0 = time.perf_counter()
+    model, tok = models.load(name, device=device)
+    _sync(device)
+    first = time.perf_counter() - t0
+    converted = set(models.cache_dir().glob("*/config.json")) - before
+    del model
+    t0 = time.perf_counter()
+    model, tok = models.load(name, device=device)
+    _sync(device)
+    second = time.perf_counter() - t0
+    note = "converted the GGUF (cold cache)" if converted else "cache was warm; includes imports and first allocations"
+    return [Row("load: first in this process", first, "s", note=note),
+            Row("load: second (cached safetensors)", second, "s", "≤ 3 s", first / second)], model, tok
+
+
+# ----------------------------------------------------------------------------------------------
+# b, c. generation and group prefix sharing
+# ----------------------------------------------------------------------------------------------
+def group_prompts(tok, groups: int, group_size: int) -> list[list[int]]:
+    """First-turn Sokoban prompts, `group_size` identical rows per seed, as rollouts make them."""
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.envs import make
+    from ragen_lib.rollout import Episode
+
+    out = []
+    for seed in range(groups):
+        e = Episode(make("sokoban"), seed, RolloutConfig())
+        text = tok.apply_chat_template(e.messages, tokenize=False, add_generation_prompt=True)
+        out += [tok(text, add_special_tokens=False)["input_ids"]] * group_size
+    return out
+
+
+def hf_generate(model, tok, prompts, new_tokens: int) -> None:
+    """The naive baseline: transformers' own sampling loop with its dynamic cache, forced to
+    the same length as ours (min_new_tokens) so the token counts match."""
+    from transformers import GenerationConfig
+
+    from ragen_lib.generation import _left_pad
+
+    ids, attn = _left_pad(prompts, tok.pad_token_id, next(model.parameters()).device)
+    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
+                           min_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
+                           eos_token_id=tok.eos_token_id)
+    with torch.no_grad():
+        model.generate(input_ids=ids, attention_mask=attn, generation_config=cfg)
+
+
+def ours_generate(model, tok, prompts, new_tokens: int, group_size: int = 1) -> None:
+    from ragen_lib.generation import generate
+
+    g = torch.Generator(device=next(model.parameters()).device).manual_seed(0)
+    # eos_token_id=-1 never fires: every row runs to new_tokens, like min_new_tokens above.
+    generate(model, prompts, max_new_tokens=new_tokens, temperature=1.0, eos_token_id=-1,
+             pad_token_id=tok.pad_token_id, generator=g, group_size=group_size)
+
+
+def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
+    prompts = group_prompts(tok, size["groups"], size["group_size"])
+    n, B, r = size["gen_tokens"], len(prompts), size["repeats"]
+    shape = f"batch {B} × {n} new tokens, prompt ≈ {len(prompts[0])} tokens"
+    hf_generate(model, tok, prompts[:2], 2)  # warm-up: kernels, allocator
+    ours_generate(model, tok, prompts[:2], 2)
+    t_hf = timed(lambda: hf_generate(model, tok, prompts, n), device, r)
+    t_ours = timed(lambda: ours_generate(model, tok, prompts, n), device, r)
+    t_shared = timed(lambda: ours_generate(model, tok, prompts, n, size["group_size"]), device, r)
+    tokens = B * n
+    return [Row("generate: HF model.generate (naive)", tokens / t_hf, "tokens/s", vs_naive=1.0, note=shape),
+            Row("generate: ours", tokens / t_ours, "tokens/s", vs_naive=t_hf / t_ours, note=shape),
+            Row("generate: ours + group prefix sharing", tokens / t_shared, "tokens/s",
+                vs_naive=t_hf / t_shared, note=shape)]
+
+
+def measure_prefill(model, tok, device: str, size: dict) -> list[Row]:
+    """Prefill alone: one sampled token, so no decode step runs."""
+    prompts = group_prompts(tok, size["groups"], size["group_size"])
+    r, gs = max(size["repeats"], 2), size["group_size"]
+    t_rows = timed(lambda: ours_generate(model, tok, prompts, 1), device, r)
+    t_shared = timed(lambda: ours_generate(model, tok, prompts, 1, gs), device, r)
+    note = f"{size['groups']} prompts × {gs} samples"
+    return [Row("prefill: per row (naive)", t_rows, "s", vs_naive=1.0, note=note),
+            Row("prefill: shared per group", t_shared, "s", vs_naive=t_rows / t_shared, note=note)]
+
+
+# ----------------------------------------------------------------------------------------------
+# e. one training step, by phase (the trainer's own metrics)
+# ----------------------------------------------------------------------------------------------
+def train_config(name: str, device: str, size: dict, env: str = "sokoban", steps: int = 2):
+    from ragen_lib import config
+    from ragen_lib.config import TrainConfig
+
+    return config.from_dict({
+        "model": {"name": name, "device": device},
+        "env": {"name": env},
+        "rollout": {"max_new_tokens": size["max_new_tokens"],
+                    "max_turns": 1 if env == "bandit" else size["max_turns"]},
+        "algo": {"name": "starpo-ppo"},
+        "train": {"steps": steps, "groups": size["groups"], "group_size": size["group_size"],
+                  # The trainer's default mini-batch (the paper's 4 optimizer steps per batch of 128).
+                  "mini_batch_size": min(TrainConfig.mini_batch_size, size["groups"] * size["group_size"]),
+                  "micro_batch_size": size["micro_batch_size"], "val_every": 0, "samples_every": 0},
+    })
+
+
+def last_train_step(name: str, device: str, size: dict, env: str = "sokoban") -> dict:
+    """Metrics of the second step: the first pays for kernel selection and allocator growth."""
+    from ragen_lib import trainer
+
+    return trainer.train(train_config(name, device, size, env), run=None, progress=False)[-1]
+
+
+def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
+    m = last_train_step(name, device, size)
+    shape = (f"Sokoban, starpo-ppo, {size['groups']}×{size['group_size']}, ≤{size['max_turns']} turns × "
+             f"{size['max_new_tokens']} tokens, {m.get('rollout/turns', float('nan')):.1f} turns done")
+    rows = [Row(f"train step: {k}", m[k], "s", note=shape) for k in ("time/rollout", "time/forward", "time/update")]
+    rows.append(Row("train step: time/step", m["time/step"], "s", "≤ 2 s (paper scale, H100)", note=shape))
+    rows += [Row(f"train step: {k}", m[k], "tokens/s")
+             for k in ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")]
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# f. update throughput: padded batch vs length-sorted micro-batches
+# ----------------------------------------------------------------------------------------------
+def random_batch(lengths: list[int], vocab: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded random token ids (B, T) and their attention mask, one row per length."""
+    T = max(lengths)
+    ids = torch.randint(0, vocab, (len(lengths), T), generator=generator)
+    attn = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    return ids * attn, attn
+
+
+def sorted_micro_batches(attn: torch.Tensor, micro_batch_size: int) -> list[torch.Tensor]:
+    """Row indices, shortest first, in chunks: rows of similar length share a micro-batch, so
+    trimming each to its own longest row removes most of the padding."""
+    order = attn.sum(1).argsort(stable=True)
+    return list(order.split(micro_batch_size))
+
+
+def _fwd_bwd(model, ids, attn, rows, width) -> None:
+    from ragen_lib.algorithms import masked_mean, token_logprobs
+
+    i, a = ids[rows, :width], attn[rows, :width]
+    logits = model(input_ids=i, attention_mask=a).logits
+    (-masked_mean(token_logprobs(logits.float(), i), a.float())).backward()
+
+
+def measure_update(model, device: str, size: dict) -> list[Row]:
+    g = torch.Generator().manual_seed(0)
+    L, B, mb = size["update_max_len"], size["update_rows"], size["micro_batch_size"]
+    # Multi-turn trajectories vary in length: uniform between an eighth of the longest and all of it.
+    lengths = torch.randint(L // 8, L + 1, (B,), generator=g).tolist()
+    ids, attn = random_batch(lengths, model.config.vocab_size, g)
+    ids, attn = ids.to(device), attn.to(device)
+    tokens = int(attn.sum())
+    model.train()
+
+    def padded():
+        for rows in torch.arange(B, device=device).split(mb):
+            _fwd_bwd(model, ids, attn, rows, attn.shape[1])
+
+    def packed():
+        for rows in sorted_micro_batches(attn, mb):
+            _fwd_bwd(model, ids, attn, rows, int(attn[rows].sum(1).max()))
+
+    try:
+        _fwd_bwd(model, ids, attn, torch.arange(min(2, B), device=device), 16)  # warm-up
+        t_pad = timed(padded, device, size["repeats"])
+        t_sorted = timed(packed, device, size["repeats"])
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    note = f"{B} rows, lengths {min(lengths)}–{max(lengths)}, micro-batch {mb}, fwd+bwd (no optimizer step)"
+    return [Row("update: padded batch (naive)", tokens / t_pad, "tokens/s", vs_naive=1.0, note=note),
+            Row("update: sorted micro-batches", tokens / t_sorted, "tokens/s", "≥ 250k tokens/s (H100)",
+                t_pad / t_sorted, note)]
+
+
+# ----------------------------------------------------------------------------------------------
+# g. TRL's GRPOTrainer on the same single-turn workload
+# ----------------------------------------------------------------------------------------------
+def measure_trl(name: str, device: str, size: dict) -> list[Row]:
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        return [Row("TRL GRPOTrainer step (Bandit)", None, "s", "ours ≥ 3× faster", note=TRL_HINT)]
+    ours = last_train_step(name, device, size, env="bandit")["time/step"]
+    theirs = trl_step_time(name, device, size)
+    shape = f"Bandit, {size['groups']}×{size['group_size']}, {size['max_new_tokens']} new tokens"
+    return [Row("TRL GRPOTrainer step (Bandit, naive)", theirs, "s", vs_naive=1.0, note=shape),
+            Row("TRL comparison: our step (Bandit)", ours, "s", "ours ≥ 3× faster", theirs / ours, shape)]
+
+
+def trl_step_time(name: str, device: str, size: dict) -> float:
+    """Seconds per GRPOTrainer step (generation in transformers, no vLLM), after the first."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.envs import make
+    from ragen_lib.rollout import Episode
+
+    model, tok = models.load(name, device=device)
+    P, N, n = size["groups"], size["group_size"], size["max_new_tokens"]
+    prompts = [Episode(make("bandit"), s, RolloutConfig(max_turns=1)).messages for s in range(P)]
+
+    def reward(completions, **_):
+        return [float("</answer>" in (c[-1]["content"] if isinstance(c, list) else c)) for c in completions]
+
+    times: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            _sync(device)
+            times.append(time.perf_counter())
+
+        def on_step_end(self, *a, **k):
+            _sync(device)
+            times[-1] = time.perf_counter() - times[-1]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=P * N, num_generations=N,
+                          max_completion_length=n, max_steps=size["trl_steps"] + 1, learning_rate=1e-6,
+                          temperature=1.0, report_to=[], save_strategy="no", logging_steps=10**6,
+                          gradient_checkpointing=False,  # ours does not checkpoint either
+                          use_cpu=not device.startswith("cuda"), bf16=device.startswith("cuda"),
+                          disable_tqdm=True)
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tok,
+                              train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * 64),
+                              callbacks=[Clock()])
+        trainer.train()
+    return min(times[1:] or times)
+
+
+# ----------------------------------------------------------------------------------------------
+# h. memory, and the report
+# ----------------------------------------------------------------------------------------------
+def peak_memory(device: str) -> Row:
+    if device.startswith("cuda"):
+        return Row("peak memory: torch.cuda.max_memory_allocated", torch.cuda.max_memory_allocated(device) / 2**30,
+                   "GB")
+    # ru_maxrss is KiB on Linux, bytes on macOS; it is the whole process, Python and tokenizer included.
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**30 if sys.platform == "darwin" else 2**20)
+    return Row("peak memory: process RSS (ru_maxrss)", rss, "GB")
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def markdown(head: dict, rows: list[Row]) -> str:
+    lines = [f"# Benchmark: {head['device']}", ""]
+    lines += [f"- {k}: {v}" for k, v in head.items()]
+    lines += ["", "| what | figure | unit | target | vs naive | note |", "| --- | ---: | --- | --- | ---: | --- |"]
+    for r in rows:
+        ratio = "—" if r.vs_naive is None else f"{r.vs_naive:.2f}×"
+        lines.append(f"| {r.what} | {_fmt(r.value)} | {r.unit} | {r.target or '—'} | {ratio} | {r.note} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, head: dict, rows: list[Row]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / slug(head["device"])
+    stem.with_suffix(".md").write_text(markdown(head, rows))
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"header": head, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n")
+    return stem.with_suffix(".md")
+
+
+def run(model: str | None = None, device: str | None = None, out: str | Path = "outputs/bench",
+        quick: bool = False) -> Path:
+    """Measure everything, one printed line per measurement, and write the report."""
+    name = model or models.default_model()
+    device = device or models.default_device()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda asked for, but torch sees no CUDA device; use --device cpu")
+    size = SIZES["quick" if quick else ("cuda" if device.startswith("cuda") else "cpu")]
+    head = header(device, name, quick)
+    print(f"[bench] {head['device']}, model {name}, sizes {head['sizes']}", flush=True)
+    rows: list[Row] = []
+    t_all = time.perf_counter()
+
+    def step(label, fn):
+        t0 = time.perf_counter()
+        got = fn()
+        rows.extend(got)
+        for r in got:
+            print(f"[bench] {r.what}: {_fmt(r.value)} {r.unit}"
+                  + ("" if r.vs_naive is None else f" ({r.vs_naive:.2f}× naive)"), flush=True)
+        print(f"[bench]   ({label} took {time.perf_counter() - t0:.1f} s)", flush=True)
+
+    loaded = {}
+
+    def load():
+        got, loaded["model"], loaded["tok"] = measure_load(name, device)
+        return got
+
+    step("load", load)
+    m, tok = loaded["model"], loaded["tok"]
+    step("generation", lambda: measure_generation(m, tok, device, size))
+    step("prefill", lambda: measure_prefill(m, tok, device, size))
+    step("update", lambda: measure_update(m, device, size))
+    m = loaded["model"] = None  # free it: the trainer loads its own policy, reference and critic
+    step("train step", lambda: measure_train_step(name, device, size))
+    step("trl", lambda: measure_trl(name, device, size))
+    step("memory", lambda: [peak_memory(device)])
+    head["wall_s"] = round(time.perf_counter() - t_all, 1)
+    path = write(Path(out), head, rows)
+    print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
+    return path

@@ -1,0 +1,119 @@
+"""The fast paths `make bench` measures must compute what the slow ones do."""
+
+import json
+
+import pytest
+import torch
+
+from ragen_lib import bench, models
+from ragen_lib.algorithms import masked_mean, token_logprobs
+from ragen_lib.generation import generate
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return models.load(models.TINY_RANDOM, device="cpu")
+
+
+def _grouped_prompts(tok, group_size):
+    # Different lengths, so the distinct prompts are left-padded to a common width.
+    texts = ["<think>", "Turn 1:\nState:\n#_P#", "a much longer prompt to force left padding in the batch"]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    return [p for p in ids for _ in range(group_size)]
+
+
+def test_group_prefix_sharing_is_exact_under_greedy_decoding(tiny):
+    model, tok = tiny
+    prompts = _grouped_prompts(tok, group_size=3)
+    kw = dict(max_new_tokens=8, temperature=0.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    shared = generate(model, prompts, group_size=3, **kw)
+    plain = generate(model, prompts, **kw)
+    assert shared == plain
+    assert all(len(g) == 8 for g in shared)  # no early EOS hides a difference
+    for p, got in zip(prompts[::3], shared[::3]):
+        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)
+        assert got == ref[0, len(p):].tolist()
+
+
+def test_group_prefix_sharing_draws_the_same_samples(tiny):
+    """The shared cache gives each row the distribution of its own prefill, and the generator is
+    consumed identically, so sampling matches too (up to float ties, absent here)."""
+    model, tok = tiny
+    prompts = _grouped_prompts(tok, group_size=4)
+    kw = dict(max_new_tokens=6, temperature=1.0, eos_token_id=-1, pad_token_id=tok.pad_token_id)
+    a = generate(model, prompts, group_size=4, generator=torch.Generator().manual_seed(3), **kw)
+    b = generate(model, prompts, generator=torch.Generator().manual_seed(3), **kw)
+    assert a == b
+    assert len({tuple(g) for g in a[:4]}) > 1  # the samples of one group still differ
+
+
+def test_group_size_rejects_groups_whose_rows_differ(tiny):
+    model, tok = tiny
+    prompts = _grouped_prompts(tok, group_size=2)
+    prompts[1] = prompts[1] + [5]
+    with pytest.raises(ValueError, match="rows of a group differ"):
+        generate(model, prompts, group_size=2, max_new_tokens=2, temperature=0.0,
+                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    with pytest.raises(ValueError, match="divide"):
+        generate(model, prompts[:5], group_size=2, max_new_tokens=2, temperature=0.0,
+                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+
+
+def test_loss_on_sorted_micro_batches_equals_the_padded_batch(tiny):
+    model, _ = tiny
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 17, 9, 30, 12, 3]
+    ids, attn = bench.random_batch(lengths, vocab=model.config.vocab_size, generator=g)
+    mask = attn.float()
+    mask[:, :2] = 0  # a "prompt" the loss ignores
+
+    def mean_logp(logits, ids_, mask_):
+        return masked_mean(token_logprobs(logits.float(), ids_), mask_)
+
+    with torch.no_grad():
+        padded = mean_logp(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
+        # Token-mean over micro-batches: each weighted by its share of the loss tokens.
+        total = torch.zeros(())
+        for rows in bench.sorted_micro_batches(attn, micro_batch_size=2):
+            w = int(attn[rows].sum(1).max())
+            m = mask[rows, :w]
+            logits = model(input_ids=ids[rows, :w], attention_mask=attn[rows, :w]).logits
+            total += mean_logp(logits, ids[rows, :w], m) * m.sum() / mask.sum()
+    assert torch.isfinite(padded)
+    torch.testing.assert_close(total, padded, atol=1e-5, rtol=0)
+
+
+def test_sorted_micro_batches_cover_every_row_once_shortest_first():
+    attn = torch.zeros(5, 10, dtype=torch.long)
+    for i, n in enumerate([7, 2, 10, 4, 4]):
+        attn[i, :n] = 1
+    chunks = bench.sorted_micro_batches(attn, micro_batch_size=2)
+    assert sorted(torch.cat(chunks).tolist()) == [0, 1, 2, 3, 4]
+    widths = [int(attn[c].sum(1).max()) for c in chunks]
+    assert widths == sorted(widths) and widths[-1] == 10 and widths[0] == 4
+
+
+def test_device_slug():
+    assert bench.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert bench.slug("cpu") == "cpu"
+
+
+@pytest.mark.slow
+def test_bench_quick_writes_markdown_and_json(tmp_path):
+    from ragen_lib.__main__ import main
+
+    assert main(["bench", "--quick", "--model", "tiny-random", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    md, js = (tmp_path / "cpu.md").read_text(), json.loads((tmp_path / "cpu.json").read_text())
+    for header in ("device", "torch", "transformers", "commit", "date"):
+        assert header in js["header"]
+    whats = [r["what"] for r in js["rows"]]
+    for needle in ("load: first", "load: second", "generate: HF", "generate: ours", "prefill: shared",
+                   "prefill: per row", "train step: time/step", "update: padded", "update: sorted",
+                   "TRL", "peak memory"):
+        assert any(needle in w for w in whats), (needle, whats)
+        assert needle in md
+    ours = next(r for r in js["rows"] if r["what"].startswith("generate: ours"))
+    assert ours["value"] > 0 and ours["unit"] == "tokens/s" and ours["vs_naive"] > 0
+    assert all(r["value"] == r["value"] for r in js["rows"] if r["value"] is not None)  # no NaN figures
