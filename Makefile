@@ -56,8 +56,8 @@ notebooks: $(STAMP)
 	@scratch=$$(mktemp -d); for src in $(NOTEBOOKS); do \
 	   nb=$${src%.py}.ipynb; echo "executing $$nb (smoke)"; \
 	   $(BIN)/jupytext --quiet --to ipynb --output $$nb $$src && \
-	   RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(BIN)/jupyter nbconvert --log-level WARN --to notebook \
-	     --execute --inplace $$nb || { rm -rf $$scratch; exit 1; }; done; rm -rf $$scratch
+	   RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(BIN)/jupyter execute --inplace $$nb \
+	     || { rm -rf $$scratch; exit 1; }; done; rm -rf $$scratch
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
