@@ -284,7 +284,7 @@ def _sft_step(policy, opt, examples: list[dict], device, micro: int) -> float:
     return loss_sum
 
 
-def warmup(policy, tok, cfg: Config, device) -> dict:
+def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
     """Format warm-up before RL (the embedded model answers in format ~1 in 16 zero-shot).
 
     expert: behaviour cloning on the env expert's turns. self: rejection sampling: generate,
@@ -302,13 +302,13 @@ def warmup(policy, tok, cfg: Config, device) -> dict:
                                                                                         t.warmup_episodes)])
         rows = list(data)
         order = np.random.default_rng([t.seed, 2])
-        for _ in range(t.warmup_steps):
+        for _ in _progress(range(t.warmup_steps), progress, desc="warm-up (expert)"):
             pick = order.choice(len(rows), size=min(t.mini_batch_size, len(rows)), replace=False)
             _sft_step(policy, opt, [rows[i] for i in pick], device, t.micro_batch_size)
         kept = len(rows)
     elif t.warmup == "self":
         rcfg = dataclasses.replace(cfg.rollout, max_turns=1)
-        for i in range(t.warmup_steps):
+        for i in _progress(range(t.warmup_steps), progress, desc="warm-up (self)"):
             seeds = train_seeds(cfg, -100 - i)
             policy.eval()
             b = collect(policy, tok, cfg.env.name, seeds, max(1, t.warmup_episodes // len(seeds)), rcfg,
@@ -399,7 +399,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     run = run if ranks.main else None  # only rank 0 writes metrics, samples and checkpoints
     warm = {}
     if state is None and t.warmup != "none":
-        warm = warmup(policy, tok, cfg, device)
+        warm = warmup(policy, tok, cfg, device, progress=progress and ranks.main)
     # The reference is the policy RL starts from (after any warm-up); KL is logged against it.
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     if state is not None:
@@ -684,7 +684,7 @@ def _progress(it, enabled: bool, **kw):
         return _NoBar(it)
     from tqdm.auto import tqdm
 
-    return tqdm(it, desc="train", unit="step", **kw)
+    return tqdm(it, **{"desc": "train", "unit": "step", **kw})
 
 
 class _NoBar:
