@@ -43,13 +43,16 @@ STARPO = ["starpo-ppo", "starpo-grpo", "starpo-s"]
 
 
 def summary(df):
-    """One row per (env, variant): late success, median train seconds per step, peak memory, KL."""
+    """One row per (env, variant): late success, median train seconds per step, stage-1 seconds,
+    peak memory, KL."""
     metric = analysis.success_metric(df)
     rows = []
     for (env, variant), part in df.groupby(["cfg.env.name", "variant"]):
         rows.append({"env": env, "variant": variant,
                      "late success": analysis.late_mean(analysis.curve(part, metric, []).set_index("step")[metric]),
                      "s/step": float(part["time/train_step"].median()),
+                     # A*-PO's offline stage 1 (and V* refreshes): a one-off cost, not in s/step
+                     "stage-1 s": float(part["time/v_star"].sum()) if "time/v_star" in part else 0.0,
                      "peak GB": float(part["memory/peak_gb"].max()) if part["memory/peak_gb"].notna().any() else np.nan,
                      "KL to ref": analysis.late_mean(analysis.curve(part, "policy/kl_ref", []).set_index("step")["policy/kl_ref"])})
     return pd.DataFrame(rows)

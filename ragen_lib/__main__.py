@@ -3,6 +3,7 @@
     python -m ragen_lib demo [--env sokoban] [--model NAME] ...     play and print one episode group
     python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
     python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
+    python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
 """
 
 from __future__ import annotations
@@ -54,6 +55,25 @@ def _bench(args) -> int:
     return 0
 
 
+def _warmup(args) -> int:
+    """Only the format warm-up of a config: how far it moves the format-valid rate, and in how long."""
+    import json
+    import time
+
+    from ragen_lib import config, models, trainer
+
+    cfg = config.load(args.config, args.set) if args.config else config.from_dict({}, args.set)
+    if cfg.train.warmup == "none":
+        raise SystemExit("train.warmup is none: pass --set train.warmup=self (or expert)")
+    t0 = time.perf_counter()
+    policy, tok = models.load(cfg.model.name, device=cfg.model.device)
+    device = str(next(policy.parameters()).device)
+    result = trainer.warmup(policy, tok, cfg, device, progress=True)
+    print(json.dumps({"env": cfg.env.name, "warmup": cfg.train.warmup, "steps": cfg.train.warmup_steps,
+                      **result, "seconds": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     bench.add_argument("--out", default="outputs/bench", help="writes <out>/<device>.md and .json")
     bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
+    warm = sub.add_parser("warmup", help="run only a config's format warm-up; print the format-valid rate "
+                                         "before and after")
+    warm.add_argument("config", nargs="?", default=None, help="YAML config (default: all defaults)")
+    warm.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides")
     args = parser.parse_args(argv)
-    return {"demo": _demo, "run": _run, "bench": _bench}[args.command](args)
+    return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup}[args.command](args)
 
 
 if __name__ == "__main__":

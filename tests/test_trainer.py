@@ -169,3 +169,16 @@ def test_rollout_reuse_collects_once_per_block(monkeypatch):
                          progress=False)
     assert len(rows) == 3 and len(calls) == 2  # steps 0-1 share a batch; step 2 starts a new block
     assert calls[0] != calls[1]
+
+
+def test_warmup_cli_prints_the_rates_and_refuses_none(capsys):
+    from ragen_lib.__main__ import main
+
+    base = ["model.name=tiny-random", "model.device=cpu", "rollout.max_new_tokens=4", "train.warmup_steps=1",
+            "train.mini_batch_size=4", "train.micro_batch_size=2"]
+    assert main(["warmup", "--set", *base, "train.warmup=expert"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["warmup"] == "expert" and out["warmup/examples"] == 64
+    assert 0 <= out["warmup/format_valid_before"] <= 1 and 0 <= out["warmup/format_valid_after"] <= 1
+    with pytest.raises(SystemExit, match="train.warmup is none"):
+        main(["warmup", "--set", *base])
