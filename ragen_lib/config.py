@@ -185,14 +185,16 @@ class TrainConfig:
     """Write full trajectories to samples.jsonl every k steps (the echo-trap tables)."""
     samples_per_step: int = 4
     warmup: str = "none"
-    """Format warm-up before RL: none | self (rejection-sample own valid answers) | expert (BC)."""
+    """Format warm-up before RL: none | self (rejection-sample own valid answers) | expert (BC on the
+    env's scripted expert) | format (BC on well-formed answers with uniformly random valid actions:
+    teaches the format and nothing about the task, so RL's gains are the task's)."""
     warmup_steps: int = 20
     warmup_lr: float = 1e-5
     warmup_episodes: int = 64
     """Expert episodes (expert) or sampled prompts per round (self) used by the warm-up."""
 
     def __post_init__(self):
-        _choice("train.warmup", self.warmup, ("none", "self", "expert"))
+        _choice("train.warmup", self.warmup, ("none", "self", "expert", "format"))
         for name in ("steps", "groups", "group_size", "mini_batch_size", "micro_batch_size",
                      "ppo_epochs", "rollout_reuse"):
             if getattr(self, name) < 1:

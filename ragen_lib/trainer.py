@@ -230,27 +230,33 @@ def first_turn_format_rate(policy, tok, cfg: Config, seeds: list[int], sample_se
                    sample_seed=sample_seed).format_valid_rate
 
 
-def expert_dataset(tok, cfg: Config, seeds: list[int]):
+def expert_dataset(tok, cfg: Config, seeds: list[int], random_actions: bool = False):
     """Behaviour-cloning data: the env's scripted expert played through the text protocol.
 
     One row per turn: the chat so far (prompt_ids) and the expert's formatted answer
-    (response_ids, closed with EOS). Returned as a `datasets.Dataset`.
+    (response_ids, closed with EOS). Returned as a `datasets.Dataset`. `random_actions`: the same
+    well-formed answers with uniformly random valid actions instead (the `format` warm-up).
     """
     from datasets import Dataset
 
     rows = []
     for seed in seeds:
         ep = Episode(make(cfg.env.name, **cfg.env.kwargs), seed, cfg.rollout)
+        pick = np.random.default_rng([cfg.train.seed, seed, 6])
+        if random_actions and not ep.env.actions:
+            raise ValueError(f"train.warmup=format needs an env with a fixed action list; {cfg.env.name} "
+                             "has free-form actions: use train.warmup=expert or self")
         while not ep.done:
             shadow = copy.deepcopy(ep.env)  # plan this turn's actions without touching the episode
             acts: list[str] = []
             for _ in range(min(ep.per_turn, ep.actions_left)):
-                a = shadow.expert_action()
+                a = str(pick.choice(shadow.actions)) if random_actions else shadow.expert_action()
                 acts.append(a)
                 if shadow.step(a)[2]:
                     break
             answer = " || ".join(acts)
-            think = f"The shortest way to the goal from here is: {', '.join(acts)}."
+            think = (f"I will try: {', '.join(acts)}." if random_actions else
+                     f"The shortest way to the goal from here is: {', '.join(acts)}.")
             text = f"<think>{think}</think><answer>{answer}</answer>" if cfg.rollout.enable_think \
                 else f"<answer>{answer}</answer>"
             prompt = tok.apply_chat_template(ep.messages, tokenize=False, add_generation_prompt=True)
@@ -287,8 +293,10 @@ def _sft_step(policy, opt, examples: list[dict], device, micro: int) -> float:
 def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
     """Format warm-up before RL (the embedded model answers in format ~1 in 16 zero-shot).
 
-    expert: behaviour cloning on the env expert's turns. self: rejection sampling: generate,
-    keep the model's own format-valid first answers (its reasoning stays its own), fine-tune.
+    expert: behaviour cloning on the env expert's turns. format: the same with uniformly random
+    valid actions (format without task knowledge). self: rejection sampling: generate, keep the
+    model's own format-valid first answers (its reasoning stays its own), fine-tune; it needs the
+    model to produce some valid answers (measured on Bandit: 0 of 192, so it cannot start there).
     Returns the format-valid rate before and after, measured on the same 32 held-out states.
     """
     t = cfg.train
@@ -297,12 +305,13 @@ def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
     opt = torch.optim.AdamW(policy.parameters(), lr=t.warmup_lr, weight_decay=0.0)
     policy.train()
     kept = 0
-    if t.warmup == "expert":
+    if t.warmup in ("expert", "format"):
         data = expert_dataset(tok, cfg, [int(s) for s in _step_rng(cfg, -1, 1).integers(0, 2**31 - 1,
-                                                                                        t.warmup_episodes)])
+                                                                                        t.warmup_episodes)],
+                              random_actions=t.warmup == "format")
         rows = list(data)
         order = np.random.default_rng([t.seed, 2])
-        for _ in _progress(range(t.warmup_steps), progress, desc="warm-up (expert)"):
+        for _ in _progress(range(t.warmup_steps), progress, desc=f"warm-up ({t.warmup})"):
             pick = order.choice(len(rows), size=min(t.mini_batch_size, len(rows)), replace=False)
             _sft_step(policy, opt, [rows[i] for i in pick], device, t.micro_batch_size)
         kept = len(rows)

@@ -84,7 +84,7 @@ def test_nan_loss_skips_the_step_and_counts_it(monkeypatch):
     assert all(math.isnan(r["policy/grad_norm"]) for r in rows)
 
 
-@pytest.mark.parametrize("warmup", ["expert", "self"])
+@pytest.mark.parametrize("warmup", ["expert", "format", "self"])
 def test_warmup_records_format_rate_before_and_after(warmup):
     rows = trainer.train(tiny(**{"train.warmup": warmup, "train.warmup_steps": 2, "train.steps": 1,
                                  "train.warmup_episodes": 4, "env.name": "sokoban"}), progress=False)
@@ -102,6 +102,22 @@ def test_expert_dataset_turns_are_well_formed():
     assert len(data) >= 2 and set(data.column_names) == {"prompt_ids", "response_ids"}
     text = tok.decode(data[0]["response_ids"])
     assert text.startswith("<think>") and "</answer>" in text
+
+
+def test_format_dataset_has_random_valid_actions_and_refuses_free_form_envs():
+    from ragen_lib.models import load
+
+    _, tok = load("tiny-random")
+    cfg = tiny(**{"env.name": "bandit"})
+    answers = [tok.decode(r["response_ids"]) for r in trainer.expert_dataset(tok, cfg, list(range(40)),
+                                                                            random_actions=True)]
+    picks = [a.split("<answer>")[1].split("</answer>")[0] for a in answers]
+    assert set(picks) == {"Dragon", "Phoenix"}  # the expert would always say Dragon
+    assert 10 <= picks.count("Dragon") <= 30  # uniform: 40 draws, p = 0.5
+    expert = [tok.decode(r["response_ids"]) for r in trainer.expert_dataset(tok, cfg, list(range(5)))]
+    assert all("<answer>Dragon</answer>" in a for a in expert)
+    with pytest.raises(ValueError, match="train.warmup=format needs an env with a fixed action list"):
+        trainer.expert_dataset(tok, tiny(**{"env.name": "webshop"}), [0], random_actions=True)
 
 
 def test_validation_uses_fixed_states():
