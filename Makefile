@@ -22,7 +22,7 @@ help:
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  run every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
-	@echo "make check-learning  self warm-up + 12 StarPO-PPO steps on Bandit, embedded model (CPU: about an hour)"
+	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (CPU: about an hour)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
 

@@ -243,14 +243,11 @@ def expert_dataset(tok, cfg: Config, seeds: list[int], random_actions: bool = Fa
     for seed in seeds:
         ep = Episode(make(cfg.env.name, **cfg.env.kwargs), seed, cfg.rollout)
         pick = np.random.default_rng([cfg.train.seed, seed, 6])
-        if random_actions and not ep.env.actions:
-            raise ValueError(f"train.warmup=format needs an env with a fixed action list; {cfg.env.name} "
-                             "has free-form actions: use train.warmup=expert or self")
         while not ep.done:
             shadow = copy.deepcopy(ep.env)  # plan this turn's actions without touching the episode
             acts: list[str] = []
             for _ in range(min(ep.per_turn, ep.actions_left)):
-                a = str(pick.choice(shadow.actions)) if random_actions else shadow.expert_action()
+                a = shadow.random_action(pick) if random_actions else shadow.expert_action()
                 acts.append(a)
                 if shadow.step(a)[2]:
                     break

@@ -198,3 +198,21 @@ def test_expert_succeeds_on_every_eval_instruction_in_three_steps():
             if term or trunc:
                 break
         assert term and info["success"] and total == 1.0 and steps <= 3
+
+
+def test_random_action_is_always_valid_and_varied():
+    import numpy as np
+
+    from ragen_lib.envs import make
+
+    rng, verbs = np.random.default_rng(0), set()
+    for seed in range(30):
+        env = make("webshop")
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            a = env.random_action(rng)
+            verbs.add(a.split(":")[0])
+            _, _, term, trunc, _ = env.step(a)  # raises on an invalid action
+            done = term or trunc
+    assert verbs == {"search", "click", "buy"}

@@ -62,6 +62,13 @@ class TextEnv:
                 return a
         return None
 
+    def random_action(self, rng: np.random.Generator) -> str:
+        """A uniformly random valid action: the `format` warm-up's answers (the format, no task
+        knowledge). Envs with free-form actions override it."""
+        if not self.actions:
+            raise NotImplementedError(f"{self.name}: free-form actions; override random_action")
+        return str(rng.choice(self.actions))
+
     def expert_action(self) -> str:
         """The scripted expert's next action from the current state (used by tests and BC)."""
         raise NotImplementedError

@@ -190,6 +190,17 @@ class WebShopEnv(TextEnv):
         ranked = sorted((p for p in self.products if hits(p) > 0), key=lambda p: (-hits(p), p["id"]))
         return ranked[: self.top_k]
 
+    def random_action(self, rng: np.random.Generator) -> str:
+        """A valid action with random content: a query of random attribute words, a click on a
+        random listed product, or buying the product on the page."""
+        options = ["search"] + (["click"] if self.shown else []) + (["buy"] if self.page in self.by_id else [])
+        verb = str(rng.choice(options))
+        if verb == "search":
+            return f"search:{rng.choice(COLOURS)} {rng.choice(SIZES)} {rng.choice(CATEGORIES)}"
+        if verb == "click":
+            return f"click:{self.shown[int(rng.integers(len(self.shown)))]['id']}"
+        return f"buy:{self.page}"
+
     def expert_action(self) -> str:
         """search → click the matching product → buy it (3 steps on every instruction)."""
         g = self.goal
