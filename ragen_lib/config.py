@@ -40,6 +40,10 @@ class RolloutConfig:
     RAGEN: 0). Never counted in success."""
     max_context_tokens: int = 8192
     """An episode whose next prompt plus `max_new_tokens` would exceed this is truncated."""
+    kv_cache: str = "dynamic"
+    """Decoding cache: "dynamic" (HF's, grows per token) or "static" (preallocated, bucketed
+    length, one CUDA graph per decode step on a GPU). Same tokens; a speed choice (issue #5),
+    "dynamic" by default until the static path is measured on an H100 (`make bench`)."""
 
     def __post_init__(self):
         for name in ("max_turns", "max_actions_per_turn", "max_actions_per_episode"):
@@ -50,6 +54,8 @@ class RolloutConfig:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
             raise ValueError(f"rollout.temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.kv_cache not in ("dynamic", "static"):
+            raise ValueError(f"rollout.kv_cache must be 'dynamic' or 'static', got {self.kv_cache!r}")
 
 
 # --------------------------------------------------------------------------------------------

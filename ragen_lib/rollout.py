@@ -200,7 +200,8 @@ def collect(model, tokenizer, env_name: str, seeds: list[int], group_size: int,
         prompts = [tracks[i].ids for i in live]
         new = generate(model, prompts, max_new_tokens=cfg.max_new_tokens,
                        temperature=cfg.temperature, eos_token_id=eos, pad_token_id=pad,
-                       stop=stop, generator=generator, group_size=_shared_group(prompts, group_size))
+                       stop=stop, generator=generator, group_size=_shared_group(prompts, group_size),
+                       kv_cache=cfg.kv_cache)
         for i, gen in zip(live, new):
             text = tokenizer.decode(gen, skip_special_tokens=True)
             responses[i].append(tokenizer.decode(gen))

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ragen_lib import models
+from ragen_lib import generation, models
 from ragen_lib.generation import StopOnText, generate
 
 
@@ -49,10 +49,48 @@ def test_stop_on_text_fires_on_the_token_that_completes_the_stop(tiny):
     ids = tok("<think>x</think><answer>Up</answer> trailing", add_special_tokens=False)["input_ids"]
     fired_at = None
     for n in range(1, len(ids) + 1):
-        hit = stop([ids[:n]], torch.tensor([ids[n - 1]]), torch.tensor([True]))
+        hit = stop(torch.tensor([ids[:n]]), torch.tensor([ids[n - 1]]), torch.tensor([True]))
         if hit[0]:
             fired_at = n
             break
     assert fired_at is not None
     assert tok.decode(ids[:fired_at]).endswith("</answer>")
     assert "</answer>" not in tok.decode(ids[: fired_at - 1])
+
+
+def _kw(tok, **over):
+    return dict(dict(max_new_tokens=12, temperature=0.0, eos_token_id=tok.eos_token_id,
+                     pad_token_id=tok.pad_token_id), **over)
+
+
+def test_static_cache_gives_the_tokens_of_the_dynamic_cache(tiny):
+    """The static path (preallocated, bucketed cache; CUDA graphs on a GPU) decodes the same
+    tokens as the dynamic one: greedy, with group prefix sharing, and with a stop string."""
+    model, tok = tiny
+    prompts = _prompts(tok)
+    assert generate(model, prompts, kv_cache="static", **_kw(tok)) == generate(model, prompts, **_kw(tok))
+    grouped = [p for p in prompts for _ in range(3)]
+    stop = StopOnText(tok, ("a",))  # fires early on some rows of the random model
+    a = generate(model, grouped, group_size=3, kv_cache="static", stop=stop, **_kw(tok))
+    b = generate(model, grouped, stop=stop, **_kw(tok))
+    assert a == b
+    assert len({len(r) for r in a}) > 1  # rows stopped at different lengths
+
+
+def test_static_cache_draws_the_same_samples_and_is_reusable(tiny):
+    """A second call with the same (rows, bucketed length) reuses the pooled cache; reset must
+    leave nothing of the first call behind."""
+    model, tok = tiny
+    prompts = _prompts(tok)
+    kw = _kw(tok, temperature=1.0, eos_token_id=-1)
+    ref = generate(model, prompts, generator=torch.Generator().manual_seed(5), **kw)
+    first = generate(model, prompts, kv_cache="static", generator=torch.Generator().manual_seed(5), **kw)
+    again = generate(model, prompts, kv_cache="static", generator=torch.Generator().manual_seed(5), **kw)
+    assert ref == first == again
+    assert (len(prompts), generation.LENGTH_BUCKET) in model._ragen_static_decoders
+
+
+def test_unknown_kv_cache_is_an_error_naming_the_choices(tiny):
+    model, tok = tiny
+    with pytest.raises(ValueError, match="dynamic"):
+        generate(model, _prompts(tok), kv_cache="paged", **_kw(tok))

@@ -65,6 +65,19 @@ def test_same_seed_same_batch_and_greedy_ignores_the_seed(tiny):
     assert torch.equal(g1.input_ids[0], g1.input_ids[1])  # a group shares its initial state
 
 
+def test_static_kv_cache_plays_the_same_multi_turn_rollout(tiny):
+    """rollout.kv_cache=static changes how decoding runs, not what it samples: same tokens over
+    several turns, where prompts grow and groups stop sharing a prefix."""
+    model, tok = tiny
+    cfg = RolloutConfig(max_new_tokens=10, max_turns=3, stop_at_answer=False)
+    dyn = collect(model, tok, "sokoban", seeds=[2, 7], group_size=2, cfg=cfg, sample_seed=4)
+    sta = collect(model, tok, "sokoban", seeds=[2, 7], group_size=2,
+                  cfg=RolloutConfig(max_new_tokens=10, max_turns=3, stop_at_answer=False, kv_cache="static"),
+                  sample_seed=4)
+    assert torch.equal(dyn.num_turns, sta.num_turns) and dyn.num_turns.max() == 3
+    assert torch.equal(dyn.input_ids, sta.input_ids)
+
+
 @pytest.mark.parametrize("env_name", ["bandit", "sokoban", "frozenlake", "webshop"])
 def test_expert_answers_through_the_text_protocol(env_name):
     """Feeding the scripted expert's actions as well-formed answers reaches the goal: the prompt,
