@@ -64,6 +64,7 @@ test-fast: $(STAMP)
 
 check-learning: $(STAMP)
 	$(BIN)/python -m ragen_lib run params/examples/bandit_ppo.yaml --out outputs/check-learning
+	$(BIN)/python -m ragen_lib plot outputs/check-learning --title "make check-learning: StarPO-PPO, Bandit, embedded model" | tee outputs/check-learning/summary.txt
 
 demo: $(STAMP)
 	$(BIN)/python -m ragen_lib demo --env sokoban

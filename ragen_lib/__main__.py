@@ -4,6 +4,7 @@
     python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
     python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
     python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
+    python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
 """
 
 from __future__ import annotations
@@ -74,6 +75,34 @@ def _warmup(args) -> int:
     return 0
 
 
+def _plot(args) -> int:
+    """Curves of every run under OUT_ROOT/runs/<finding>/ (format-valid rate always included), and a
+    per-run summary: first and last step, and the mean of the first and last thirds."""
+    from pathlib import Path
+
+    from ragen_lib import plots, runs
+
+    df = runs.load(args.root, args.finding)
+    if df.empty:
+        raise SystemExit(f"no runs with metrics under {Path(args.root) / 'runs' / args.finding}")
+    hue = "run_id" if df["run_id"].nunique() > 1 else None  # one run needs no legend
+    fig = plots.curves(df, args.metrics, hue=hue, title=args.title or f"{args.root}: {args.finding}")
+    png = Path(args.png or Path(args.root) / f"{args.finding}.png")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110, bbox_inches="tight")
+    for run_id, part in df.groupby("run_id"):
+        third = max(1, len(part) // 3)
+        for m in args.metrics + ["format_valid"]:
+            v = part[["step", m]].dropna() if m in part else None
+            if v is None or v.empty:
+                continue
+            print(f"{run_id} {m}: step {int(v.step.iloc[0])} {v[m].iloc[0]:.3f} → step {int(v.step.iloc[-1])} "
+                  f"{v[m].iloc[-1]:.3f}; mean of first/last third {v[m].iloc[:third].mean():.3f} / "
+                  f"{v[m].iloc[-third:].mean():.3f}")
+    print(f"figure: {png}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,8 +129,14 @@ def main(argv: list[str] | None = None) -> int:
                                          "before and after")
     warm.add_argument("config", nargs="?", default=None, help="YAML config (default: all defaults)")
     warm.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides")
+    plot = sub.add_parser("plot", help="curves and a first/last summary of the runs in a run store")
+    plot.add_argument("root", help="the --out of `run` (holds runs/<finding>/)")
+    plot.add_argument("--finding", default="adhoc")
+    plot.add_argument("--metrics", nargs="*", default=["success", "val/success", "reward/mean", "policy/entropy"])
+    plot.add_argument("--png", default=None, help="default: <root>/<finding>.png")
+    plot.add_argument("--title", default="")
     args = parser.parse_args(argv)
-    return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup}[args.command](args)
+    return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -252,3 +252,17 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path):
     assert [(r["step"], r["t"]) for r in samples] == [(s, s * 3 + k) for s in range(20) for k in (0, 1)]
     assert [p.name for p in (path / "ckpt").iterdir()] == ["step_000019.pt"]
     assert Run(path, {"k": 1}).done
+
+
+def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys):
+    from ragen_lib.__main__ import main
+
+    run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
+    for s, succ in enumerate([0.2, 0.3, 0.4, 0.6, 0.7, 0.9]):
+        run.log(s, {"success": succ, "format_valid": 1.0, "warmup": "format"})
+    assert main(["plot", str(tmp_path), "--metrics", "success"]) == 0
+    out = capsys.readouterr().out
+    assert "success: step 0 0.200 → step 5 0.900; mean of first/last third 0.250 / 0.800" in out
+    assert (tmp_path / "adhoc.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="no runs"):
+        main(["plot", str(tmp_path), "--finding", "other"])
