@@ -194,28 +194,31 @@ def measure_prefill(model, tok, device: str, size: dict) -> list[Row]:
 # ----------------------------------------------------------------------------------------------
 # e. one training step, by phase (the trainer's own metrics)
 # ----------------------------------------------------------------------------------------------
-def train_config(name: str, device: str, size: dict, env: str = "sokoban", steps: int = 2):
+def train_config(name: str, device: str, size: dict, env: str = "sokoban", steps: int = 2,
+                 algo: dict | None = None, one_update: bool = False):
+    """`one_update`: the whole batch in one optimizer step (TRL's default), else the trainer's
+    default mini-batch (the paper's 4 optimizer steps per batch of 128)."""
     from ragen_lib import config
     from ragen_lib.config import TrainConfig
 
+    rows = size["groups"] * size["group_size"]
     return config.from_dict({
         "model": {"name": name, "device": device},
         "env": {"name": env},
         "rollout": {"max_new_tokens": size["max_new_tokens"],
                     "max_turns": 1 if env == "bandit" else size["max_turns"]},
-        "algo": {"name": "starpo-ppo"},
+        "algo": {"name": "starpo-ppo", **(algo or {})},
         "train": {"steps": steps, "groups": size["groups"], "group_size": size["group_size"],
-                  # The trainer's default mini-batch (the paper's 4 optimizer steps per batch of 128).
-                  "mini_batch_size": min(TrainConfig.mini_batch_size, size["groups"] * size["group_size"]),
+                  "mini_batch_size": rows if one_update else min(TrainConfig.mini_batch_size, rows),
                   "micro_batch_size": size["micro_batch_size"], "val_every": 0, "samples_every": 0},
     })
 
 
-def last_train_step(name: str, device: str, size: dict, env: str = "sokoban") -> dict:
+def last_train_step(name: str, device: str, size: dict, env: str = "sokoban", **kw) -> dict:
     """Metrics of the second step: the first pays for kernel selection and allocator growth."""
     from ragen_lib import trainer
 
-    return trainer.train(train_config(name, device, size, env), run=None, progress=False)[-1]
+    return trainer.train(train_config(name, device, size, env, **kw), run=None, progress=False)[-1]
 
 
 def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
@@ -294,9 +297,13 @@ def measure_trl(name: str, device: str, size: dict) -> list[Row]:
         import trl  # noqa: F401
     except ImportError:
         return [Row("TRL GRPOTrainer step (Bandit)", None, "s", "ours ≥ 3× faster", note=TRL_HINT)]
-    ours = last_train_step(name, device, size, env="bandit")["time/step"]
+    # The same algorithm on both sides: GRPO advantages, no KL term (TRL's beta=0), one optimizer
+    # step per batch. Ours still runs the reference forward, because it logs policy/kl_ref.
+    ours = last_train_step(name, device, size, env="bandit", algo={"name": "starpo-grpo", "kl_coef": 0.0},
+                           one_update=True)["time/step"]
     theirs = trl_step_time(name, device, size)
-    shape = f"Bandit, {size['groups']}×{size['group_size']}, {size['max_new_tokens']} new tokens"
+    shape = (f"Bandit, {size['groups']}×{size['group_size']}, ≤{size['max_new_tokens']} new tokens, GRPO, "
+             "no KL, 1 optimizer step")
     return [Row("TRL GRPOTrainer step (Bandit, naive)", theirs, "s", vs_naive=1.0, note=shape),
             Row("TRL comparison: our step (Bandit)", ours, "s", "ours ≥ 3× faster", theirs / ours, shape)]
 
@@ -331,7 +338,7 @@ def trl_step_time(name: str, device: str, size: dict) -> float:
 
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=P * N, num_generations=N,
-                          max_completion_length=n, max_steps=size["trl_steps"] + 1, learning_rate=1e-6,
+                          max_completion_length=n, max_steps=size["trl_steps"] + 1, learning_rate=1e-6, beta=0.0,
                           temperature=1.0, report_to=[], save_strategy="no", logging_steps=10**6,
                           gradient_checkpointing=False,  # ours does not checkpoint either
                           use_cpu=not device.startswith("cuda"), bf16=device.startswith("cuda"),

@@ -28,6 +28,9 @@ from ragen_lib.envs import make
 from ragen_lib.rollout import Episode, RolloutBatch, collect
 
 VAL_SAMPLE_SEED = 12345  # validation sampling is the same at every step: curves differ by policy only
+REUSE_UPDATE_LOGP = True
+"""Take the old log-probs from the update's forward when a batch gets one optimizer step (exact;
+saves a policy forward). False forces the separate no-grad forward (tests compare the two)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,15 +495,23 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                                   for i in rows_kept.tolist()])
 
         # ---- reference / old-policy / critic forwards (no grad, once per batch) ----
+        # With a single optimizer step per batch the update's own forward runs the policy that
+        # the old log-probs would come from, so they are taken from it (ratio 1, same gradient;
+        # TRL and verl do the same) and this no-grad policy forward is skipped. Not when the KL
+        # penalty sits in the GAE rewards: those need the old log-probs before the update.
+        one_step = t.ppo_epochs == 1 and t.mini_batch_size >= B_all
+        old_from_update = REUSE_UPDATE_LOGP and one_step and not (
+            a.advantage == "gae" and a.kl_coef and a.kl_in_reward)
         t1 = time.perf_counter()
         old_logp, ref_logp, values, ent = (torch.zeros_like(data["loss_mask"]) for _ in range(4))
         with torch.no_grad():
             for rows_ in _chunks(torch.arange(B), t.micro_batch_size):
                 mb = _micro(data, rows_, device)
                 w = mb["input_ids"].shape[1]
-                lp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
-                                      with_entropy=True)
-                old_logp[rows_, :w], ent[rows_, :w] = lp.cpu(), e.cpu()
+                if not old_from_update:
+                    lp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
+                                          with_entropy=True)
+                    old_logp[rows_, :w], ent[rows_, :w] = lp.cpu(), e.cpu()
                 ref_logp[rows_, :w] = _forward_logp(reference, mb["input_ids"], mb["attention_mask"],
                                                     mb["loss_mask"], with_entropy=False)[0].cpu()
                 if critic:
@@ -552,7 +563,11 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                     mb = _micro(data, rows_, device)
                     share = float(mb["loss_mask"].sum()) / n_tok  # token-mean over the mini-batch
                     logp, e = _forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
-                                            with_entropy=a.entropy_coef > 0)
+                                            with_entropy=a.entropy_coef > 0 or old_from_update)
+                    if old_from_update:
+                        w = mb["input_ids"].shape[1]
+                        old_logp[rows_, :w], ent[rows_, :w] = logp.detach().cpu(), e.detach().cpu()
+                        mb["old_logp"] = logp.detach()
                     if a.advantage == "apo":
                         seq_lp = A.sequence_logprob(logp, mb["loss_mask"])
                         ref_seq = A.sequence_logprob(mb["ref_logp"], mb["loss_mask"])

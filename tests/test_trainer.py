@@ -199,3 +199,23 @@ def test_warmup_cli_prints_the_rates_and_refuses_none(capsys):
     assert 0 <= out["warmup/format_valid_before"] <= 1 and 0 <= out["warmup/format_valid_after"] <= 1
     with pytest.raises(SystemExit, match="train.warmup is none"):
         main(["warmup", "--set", *base])
+
+
+@pytest.mark.parametrize("algo", ["starpo-grpo", "starpo-s"])
+def test_old_logprobs_from_the_update_forward_change_nothing(monkeypatch, algo):
+    """One optimizer step per batch: the old log-probs are taken from the update's own forward
+    instead of a separate no-grad pass. Same losses, gradients and metrics up to float noise."""
+    cfg = tiny(**{"algo.name": algo, "train.steps": 3})
+    calls = []
+    real = trainer._forward_logp
+    monkeypatch.setattr(trainer, "_forward_logp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fast = trainer.train(cfg, progress=False)
+    n_fast = len(calls)
+    monkeypatch.setattr(trainer, "REUSE_UPDATE_LOGP", False)
+    slow = trainer.train(cfg, progress=False)
+    # the skipped no-grad policy pass: one per micro-batch (of 2 rows) of the rows kept
+    assert len(calls) - n_fast == n_fast + sum(math.ceil(r["rollout/kept"] / 2) for r in fast)
+    for f, s in zip(fast, slow, strict=True):
+        for k in ("loss/policy", "policy/grad_norm", "policy/entropy", "policy/kl_ref", "reward/mean"):
+            assert f[k] == pytest.approx(s[k], rel=1e-4, abs=1e-6), k
+        assert f["success"] == s["success"] and f["format_valid"] == s["format_valid"]
