@@ -226,11 +226,14 @@ def _env_kwargs(cfg: Config, env_name: str) -> dict:
     return dict(cfg.env.kwargs) if env_name == cfg.env.name else {}
 
 
-def first_turn_format_rate(policy, tok, cfg: Config, seeds: list[int], sample_seed: int) -> float:
-    """Format-valid rate of first answers at the training temperature (the warm-up's yardstick)."""
+def first_turn_probe(policy, tok, cfg: Config, seeds: list[int], sample_seed: int) -> tuple[float, float]:
+    """(format-valid rate, success rate) of first answers at the training temperature: the
+    warm-up's yardstick. Success after a `format` warm-up shows what the model brings to RL
+    (on Bandit, its arm preference) that the warm-up's random actions did not teach."""
     rcfg = dataclasses.replace(cfg.rollout, max_turns=1)
-    return collect(policy, tok, cfg.env.name, seeds, 1, rcfg, env_kwargs=dict(cfg.env.kwargs),
-                   sample_seed=sample_seed).format_valid_rate
+    b = collect(policy, tok, cfg.env.name, seeds, 1, rcfg, env_kwargs=dict(cfg.env.kwargs),
+                sample_seed=sample_seed)
+    return b.format_valid_rate, float(b.success.float().mean())
 
 
 def expert_dataset(tok, cfg: Config, seeds: list[int], random_actions: bool = False):
@@ -297,11 +300,12 @@ def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
     valid actions (format without task knowledge). self: rejection sampling: generate, keep the
     model's own format-valid first answers (its reasoning stays its own), fine-tune; it needs the
     model to produce some valid answers (measured on Bandit: 0 of 192, so it cannot start there).
-    Returns the format-valid rate before and after, measured on the same 32 held-out states.
+    Returns the format-valid and success rates of first answers before and after, measured on
+    the same 32 held-out states.
     """
     t = cfg.train
     probe = val_seeds(cfg.env.name, 32)
-    before = first_turn_format_rate(policy, tok, cfg, probe, sample_seed=7)
+    before, success_before = first_turn_probe(policy, tok, cfg, probe, sample_seed=7)
     opt = torch.optim.AdamW(policy.parameters(), lr=t.warmup_lr, weight_decay=0.0)
     policy.train()
     kept = 0
@@ -328,8 +332,9 @@ def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
             if good:
                 _sft_step(policy, opt, good, device, t.micro_batch_size)
     policy.eval()
-    after = first_turn_format_rate(policy, tok, cfg, probe, sample_seed=7)
+    after, success_after = first_turn_probe(policy, tok, cfg, probe, sample_seed=7)
     return {"warmup/format_valid_before": before, "warmup/format_valid_after": after,
+            "warmup/success_before": success_before, "warmup/success_after": success_after,
             "warmup/examples": kept}
 
 

@@ -91,6 +91,7 @@ def test_warmup_records_format_rate_before_and_after(warmup):
     r = rows[0]
     assert r["warmup"] == warmup
     assert 0 <= r["warmup/format_valid_before"] <= 1 and 0 <= r["warmup/format_valid_after"] <= 1
+    assert 0 <= r["warmup/success_before"] <= r["warmup/format_valid_before"] + 1e-9
 
 
 def test_expert_dataset_turns_are_well_formed():
