@@ -22,7 +22,7 @@ help:
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  run every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
-	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (CPU: about an hour)"
+	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (2-core CPU: about 20 min)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
 
@@ -64,7 +64,8 @@ test-fast: $(STAMP)
 
 check-learning: $(STAMP)
 	$(BIN)/python -m ragen_lib run params/examples/bandit_ppo.yaml --out outputs/check-learning
-	$(BIN)/python -m ragen_lib plot outputs/check-learning --title "make check-learning: StarPO-PPO, Bandit, embedded model" | tee outputs/check-learning/summary.txt
+	$(BIN)/python -m ragen_lib plot outputs/check-learning --hue cfg.train.warmup_lr \
+	  --title "make check-learning: StarPO-PPO, Bandit, embedded model" | tee outputs/check-learning/summary.txt
 
 demo: $(STAMP)
 	$(BIN)/python -m ragen_lib demo --env sokoban

@@ -85,12 +85,16 @@ def _plot(args) -> int:
     df = runs.load(args.root, args.finding)
     if df.empty:
         raise SystemExit(f"no runs with metrics under {Path(args.root) / 'runs' / args.finding}")
-    hue = "run_id" if df["run_id"].nunique() > 1 else None  # one run needs no legend
+    hue = args.hue if df["run_id"].nunique() > 1 else None  # one run needs no legend
+    if hue:
+        df[hue] = df[hue].astype(str)  # categories, not a light-to-dark scale of numbers
     fig = plots.curves(df, args.metrics, hue=hue, title=args.title or f"{args.root}: {args.finding}")
     png = Path(args.png or Path(args.root) / f"{args.finding}.png")
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110, bbox_inches="tight")
     for run_id, part in df.groupby("run_id"):
+        if args.hue != "run_id" and args.hue in part:
+            run_id = f"{run_id} ({args.hue}={part[args.hue].iloc[0]})"
         third = max(1, len(part) // 3)
         for m in args.metrics + ["format_valid"]:
             v = part[["step", m]].dropna() if m in part else None
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("--metrics", nargs="*", default=["success", "val/success", "reward/mean", "policy/entropy"])
     plot.add_argument("--png", default=None, help="default: <root>/<finding>.png")
     plot.add_argument("--title", default="")
+    plot.add_argument("--hue", default="run_id", help="column that tells runs apart, e.g. cfg.train.warmup_lr")
     args = parser.parse_args(argv)
     return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot}[args.command](args)
 
