@@ -253,7 +253,7 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
             if preset is None:
                 _choice("algo.name", given.get("name"), tuple(ALGO_PRESETS))
             given = {**preset, **given}
-        parts[section] = cls(**{k: _coerce(names[k], v) for k, v in given.items()})
+        parts[section] = cls(**{k: _coerce(section, names[k], v) for k, v in given.items()})
     return Config(**parts)
 
 
@@ -302,12 +302,21 @@ def _parse_overrides(overrides) -> dict:
     return out
 
 
-def _coerce(f, value):
-    """YAML gives lists where the dataclass wants tuples, and ints where it wants floats."""
+def _coerce(section: str, f, value):
+    """YAML gives lists where the dataclass wants tuples, ints where it wants floats, and strings
+    for exponents without a dot ("3e-5": YAML 1.1 reads it as text, so --set lr=3e-5 would too)."""
     if isinstance(value, list):
         return tuple(value)
-    if isinstance(value, int) and not isinstance(value, bool) and "float" in str(f.type) \
-            and "int" not in str(f.type):
+    kind = str(f.type).removesuffix(" | None")
+    if kind not in ("float", "int") or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value) if kind == "float" else int(value)
+        except ValueError:
+            raise ValueError(f"{section}.{f.name} must be {'a number' if kind == 'float' else 'an integer'}, "
+                             f"got {value!r}") from None
+    if isinstance(value, int) and kind == "float":
         return float(value)
     return value
 

@@ -36,6 +36,20 @@ def test_bad_keys_and_values_name_the_valid_ones(bad, words):
         assert w in str(e.value)
 
 
+def test_exponents_without_a_dot_are_numbers_and_text_in_a_number_field_is_named(tmp_path):
+    """YAML 1.1 reads 3e-5 as the string "3e-5"; a float field must still get 3e-05."""
+    c = from_dict({}, ["train.warmup_lr=3e-5", "train.steps=7", "rollout.max_turns=2"])
+    assert c.train.warmup_lr == 3e-5 and isinstance(c.train.warmup_lr, float)
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  actor_lr: 1e-6\n  steps: '4'\n")
+    loaded = config.load(path)
+    assert loaded.train.actor_lr == 1e-6 and loaded.train.steps == 4
+    with pytest.raises(ValueError, match="train.actor_lr must be a number, got 'fast'"):
+        from_dict({}, ["train.actor_lr=fast"])
+    with pytest.raises(ValueError, match="train.steps must be an integer, got '2.5'"):
+        from_dict({"train": {"steps": "2.5"}})
+
+
 def test_override_without_equals_sign_says_how():
     with pytest.raises(ValueError, match="key=value"):
         from_dict({}, ["algo.clip_high"])
