@@ -194,8 +194,10 @@ class TrainConfig:
     """Format warm-up before RL: none | self (rejection-sample own valid answers) | expert (BC on the
     env's scripted expert) | format (BC on well-formed answers with uniformly random valid actions:
     teaches the format and nothing about the task, so RL's gains are the task's)."""
-    warmup_steps: int = 20
-    warmup_lr: float = 1e-5
+    warmup_steps: int = 10
+    warmup_lr: float = 3e-5
+    """10 × 3e-5 measured with the embedded model (format): format-valid 0 → 1.00 on Bandit and
+    0.78 on Sokoban; 6 × 1e-5 left Bandit at 0.00; 10 × 1e-4 biased Bandit's arm choice."""
     warmup_episodes: int = 64
     """Expert episodes (expert) or sampled prompts per round (self) used by the warm-up."""
 
