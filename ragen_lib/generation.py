@@ -15,7 +15,10 @@ KV_CACHES = ("dynamic", "static")
 LENGTH_BUCKET = 256
 """Static cache lengths are rounded up to a multiple of this (prompt width + max_new_tokens)."""
 POOL_SIZE = 2
-"""Static decoders (a KV cache and, on CUDA, a captured graph) kept per model, most recent first."""
+"""Static decoders (a KV cache and, on CUDA, a captured graph) kept per model for the next call
+with the same shape. They hold their KV caches between rollouts, through the update: about
+7.5 GB each for 128 rows × 2560 positions of the 135M model in bf16. 0 keeps none: memory is
+freed after every call, and every call pays the allocation and the graph capture again."""
 
 
 class StopOnText:
@@ -142,13 +145,11 @@ class _StaticDecoder:
         # Kept on the model, so the caches go when the model does.
         pool = model.__dict__.setdefault("_ragen_static_decoders", OrderedDict())
         key = (batch, length)
-        if key in pool:
-            pool.move_to_end(key)
-        else:
-            pool[key] = cls(model, batch, length)
-            while len(pool) > POOL_SIZE:
-                pool.popitem(last=False)
-        return pool[key]
+        decoder = pool.pop(key, None) or cls(model, batch, length)
+        pool[key] = decoder  # most recent last
+        while len(pool) > POOL_SIZE:
+            pool.popitem(last=False)
+        return decoder
 
     def __init__(self, model, batch: int, length: int):
         device = next(model.parameters()).device

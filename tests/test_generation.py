@@ -94,3 +94,13 @@ def test_unknown_kv_cache_is_an_error_naming_the_choices(tiny):
     model, tok = tiny
     with pytest.raises(ValueError, match="dynamic"):
         generate(model, _prompts(tok), kv_cache="paged", **_kw(tok))
+
+
+def test_static_pool_size_zero_keeps_nothing_and_still_decodes(tiny, monkeypatch):
+    model, tok = tiny
+    prompts = _prompts(tok)
+    monkeypatch.setattr(generation, "POOL_SIZE", 0)
+    model.__dict__.pop("_ragen_static_decoders", None)
+    got = generate(model, prompts, kv_cache="static", **_kw(tok))
+    assert got == generate(model, prompts, **_kw(tok))
+    assert len(model._ragen_static_decoders) == 0
