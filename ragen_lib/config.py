@@ -14,6 +14,9 @@ from pathlib import Path
 
 import yaml
 
+KV_CACHES = ("dynamic", "static")
+"""The decoding caches `generation.generate` knows (rollout.kv_cache)."""
+
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -54,8 +57,7 @@ class RolloutConfig:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
             raise ValueError(f"rollout.temperature must be >= 0 (0 is greedy), got {self.temperature}")
-        if self.kv_cache not in ("dynamic", "static"):
-            raise ValueError(f"rollout.kv_cache must be 'dynamic' or 'static', got {self.kv_cache!r}")
+        _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
 
 
 # --------------------------------------------------------------------------------------------

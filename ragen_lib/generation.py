@@ -11,7 +11,8 @@ from collections import OrderedDict
 import torch
 from transformers import DynamicCache, StaticCache
 
-KV_CACHES = ("dynamic", "static")
+from ragen_lib.config import KV_CACHES
+
 LENGTH_BUCKET = 256
 """Static cache lengths are rounded up to a multiple of this (prompt width + max_new_tokens)."""
 POOL_SIZE = 2
@@ -159,7 +160,6 @@ class _StaticDecoder:
         self.pos = torch.zeros((batch, 1), dtype=torch.long, device=device)
         self.attn = torch.zeros((batch, length), dtype=torch.long, device=device)
         self.graph, self.logits = None, None
-        self.use_graph = device.type == "cuda"
 
     def _step(self) -> torch.Tensor:
         out = self.model(input_ids=self.ids, attention_mask=self.attn, position_ids=self.pos,
@@ -190,7 +190,7 @@ class _StaticDecoder:
             shape = (len(self.ids),) + tuple(layer.keys.shape[1:2]) + (1,) + tuple(layer.keys.shape[3:])
             zeros = torch.zeros(shape, dtype=layer.keys.dtype, device=layer.keys.device)
             self.cache.update(zeros, zeros.clone(), i)
-        if self.use_graph:
+        if self.ids.is_cuda:
             self._capture()
 
     def _capture(self) -> None:
@@ -206,7 +206,7 @@ class _StaticDecoder:
                 self.logits = self._step()
             self.graph = graph
         except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
-            self.use_graph, self.graph = False, None
+            self.graph = None
             torch.cuda.synchronize()
             warnings.warn(f"kv_cache=static: CUDA graph capture failed ({type(e).__name__}: {e}); "
                           "decoding eagerly over the static cache instead", stacklevel=2)

@@ -28,6 +28,7 @@ def test_dotted_overrides_parse_yaml_scalars():
     ({"algo": {"name": "ppo2"}}, ["ppo2", "starpo-s", "apo"]),
     ({"algo": {"name": "starpo-grpo", "advantage": "gae"}}, ["critic"]),
     ({"train": {"warmup": "sft"}}, ["none", "self", "expert"]),
+    ({"rollout": {"kv_cache": "paged"}}, ["rollout.kv_cache", "dynamic", "static"]),
 ])
 def test_bad_keys_and_values_name_the_valid_ones(bad, words):
     with pytest.raises(ValueError) as e:
