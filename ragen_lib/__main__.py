@@ -78,6 +78,7 @@ def _warmup(args) -> int:
 def _plot(args) -> int:
     """Curves of every run under OUT_ROOT/runs/<finding>/ (format-valid rate always included), and a
     per-run summary: first and last step, and the mean of the first and last thirds."""
+    import json
     from pathlib import Path
 
     from ragen_lib import plots, runs
@@ -93,6 +94,10 @@ def _plot(args) -> int:
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110, bbox_inches="tight")
     for run_id, part in df.groupby("run_id"):
+        done = Path(args.root) / "runs" / args.finding / run_id / runs.DONE
+        info = json.loads(done.read_text() or "{}") if done.exists() else {}
+        print(f"{run_id}: trained at commit {info.get('commit', 'not recorded')} on "
+              f"{info.get('device', 'a device not recorded')}" + ("" if done.exists() else " (unfinished)"))
         if args.hue != "run_id" and args.hue in part:
             run_id = f"{run_id} ({args.hue}={part[args.hue].iloc[0]})"
         third = max(1, len(part) // 3)

@@ -7,7 +7,6 @@ calls `Verdict.write` so that `make report` can collect the verdicts into REPORT
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import pandas as pd
 from ragen_lib import runs
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
@@ -153,7 +151,7 @@ class Verdict:
     def write(self, profile: str, wall_s: float | None = None) -> Path:
         out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({**asdict(self), "wall_s": wall_s, "commit": _commit()}, indent=1,
+        out.write_text(json.dumps({**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}, indent=1,
                                   default=str))
         return out
 
@@ -166,14 +164,6 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def report(profile: str) -> Path:
     """outputs/<profile>/REPORT.md: one row per notebook verdict, with numbers and figure links."""
     import torch
@@ -182,7 +172,7 @@ def report(profile: str) -> Path:
     rows = [json.loads(p.read_text()) for p in sorted((base / "verdicts").glob("*.json"))]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     lines = [f"# Replication report: profile `{profile}`", "",
-             f"Device: {device}. Commit: {_commit()}. Total wall time of the notebooks: "
+             f"Device: {device}. Commit: {runs.git_commit()}. Total wall time of the notebooks: "
              f"{sum(r.get('wall_s') or 0 for r in rows) / 60:.1f} min.", ""]
     if profile == "smoke":
         lines += ["**Smoke profile: a tiny random model on CPU. This proves the pipeline runs end to end; "

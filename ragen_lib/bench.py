@@ -16,7 +16,6 @@ import json
 import platform
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from ragen_lib import models
+from ragen_lib import metrics as M
+from ragen_lib import models, runs
 
 # Workload per device. cuda is the paper's scale (P=8 prompts × N=16 samples, 400 tokens a turn,
 # 5 turns); cpu and quick only prove that every measurement runs.
@@ -54,22 +54,13 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def device_name(device: str) -> str:
-    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-
-
 def header(device: str, model: str, quick: bool) -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                check=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
     import transformers
 
-    return {"device": device_name(device), "model": model, "sizes": "quick" if quick else
+    return {"device": M.device_name(device), "model": model, "sizes": "quick" if quick else
             ("cuda" if device.startswith("cuda") else "cpu"), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
-            "commit": commit, "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+            "commit": runs.git_commit(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
 
 
 def _sync(device: str) -> None:

@@ -87,6 +87,11 @@ def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return rewards.view(-1, group_size).std(dim=1, unbiased=False)
 
 
+def device_name(device) -> str:
+    """"cpu", or the GPU's name ("NVIDIA H100 80GB HBM3"): what a run or a table says it ran on."""
+    return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"
+
+
 def peak_memory_gb(device) -> float:
     if torch.device(device).type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30

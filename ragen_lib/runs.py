@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -32,6 +33,15 @@ def output_root(profile: str) -> Path:
     it at a scratch folder so they never reuse or overwrite a researcher's runs)."""
     base = os.environ.get("RAGEN_OUTPUTS") or Path(__file__).resolve().parent.parent / "outputs"
     return Path(base) / profile
+
+
+def git_commit() -> str:
+    """Short commit of this checkout, or "unknown" (no git, not a repository)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, check=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 class CorruptRunError(RuntimeError):

@@ -22,7 +22,7 @@ from torch import nn
 
 from ragen_lib import algorithms as A
 from ragen_lib import metrics as M
-from ragen_lib import models
+from ragen_lib import models, runs
 from ragen_lib.config import Config, RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.rollout import Episode, RolloutBatch, collect
@@ -680,7 +680,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                 run.save_checkpoint(step, ck)
     if run is not None and not run.done:
         last = run.metrics()[-1] if run.metrics() else {}
-        run.mark_done({"steps": t.steps, "final": last})
+        run.mark_done({"steps": t.steps, "final": last, "commit": runs.git_commit(),
+                       "device": M.device_name(device)})
     ranks.barrier()  # the others leave once rank 0 has written its last checkpoint
     ranks.close()
     return rows

@@ -260,8 +260,10 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
     for s, succ in enumerate([0.2, 0.3, 0.4, 0.6, 0.7, 0.9]):
         run.log(s, {"success": succ, "format_valid": 1.0, "warmup": "format"})
+    run.mark_done({"commit": "abc1234", "device": "cpu"})
     assert main(["plot", str(tmp_path), "--metrics", "success"]) == 0
     out = capsys.readouterr().out
+    assert "trained at commit abc1234 on cpu" in out
     assert "success: step 0 0.200 → step 5 0.900; mean of first/last third 0.250 / 0.800" in out
     assert (tmp_path / "adhoc.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="no runs"):

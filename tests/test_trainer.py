@@ -132,6 +132,8 @@ def test_run_store_round_trip_and_reuse(tmp_path):
     run = runs.Run(runs.run_dir(tmp_path, "t", cfg.to_dict()), cfg.to_dict())
     trainer.train(cfg, run, progress=False)
     assert run.done and [m["step"] for m in run.metrics()] == [0, 1]
+    done = json.loads((run.path / runs.DONE).read_text())
+    assert done["device"] == "cpu" and done["commit"] == runs.git_commit() != ""  # provenance
     samples = (run.path / "samples.jsonl").read_text().splitlines()
     assert samples and "transcript" in json.loads(samples[0])
     df = runs.load(tmp_path, "t")
