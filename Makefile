@@ -65,7 +65,8 @@ test-fast: $(STAMP)
 check-learning: $(STAMP)
 	$(BIN)/python -m ragen_lib run params/examples/bandit_ppo.yaml --out outputs/check-learning
 	$(BIN)/python -m ragen_lib plot outputs/check-learning --hue cfg.train.warmup_lr \
-	  --title "make check-learning: StarPO-PPO, Bandit, embedded model" | tee outputs/check-learning/summary.txt
+	  --title "make check-learning: StarPO-PPO, Bandit, embedded model" > outputs/check-learning/summary.txt
+	cat outputs/check-learning/summary.txt
 
 demo: $(STAMP)
 	$(BIN)/python -m ragen_lib demo --env sokoban
