@@ -32,7 +32,7 @@ overrides = {}
 from ragen_lib import analysis, experiments, plots
 
 def judge(df):
-    metric = "val/success" if df["val/success"].notna().any() else "success"
+    metric = "val/success" if df["val/success"].notna().any() else "rollout/success"
     measured, learned = {}, True
     for env in ["bandit", "sokoban", "frozenlake"]:
         for algo in ["starpo-ppo", "starpo-grpo"]:
@@ -51,18 +51,18 @@ def judge(df):
     status = (analysis.INCONCLUSIVE if not learned else analysis.REPRODUCED if ok else analysis.NOT_REPRODUCED)
     reason = ("some run never reached 0.05 success: no collapse can be judged" if not learned else
               "collapse order as in the paper" if ok else "collapse order differs from the paper")
-    return analysis.Verdict("01_instability", "PPO outlasts GRPO on Bandit/Sokoban; GRPO steadier on FrozenLake",
+    return analysis.Verdict(df.attrs["finding"], "PPO outlasts GRPO on Bandit/Sokoban; GRPO steadier on FrozenLake",
                             status, measured, paper, reason)
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/01_instability.yaml", profile, seeds=seeds,
+df = experiments.run_finding("01_instability", profile, seeds=seeds,
                              overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 
 # %%
-fig = plots.curves(df, ["success", "val/success", "reward/std", "policy/grad_norm"], hue="cfg.algo.name",
+fig = plots.curves(df, ["rollout/success", "val/success", "reward/std", "policy/grad_norm"], hue="cfg.algo.name",
                    col="cfg.env.name", title="Fig. 5: StarPO-PPO vs StarPO-GRPO")
-figures = [plots.save(fig, profile, "01_instability_curves")]
+figures = [plots.save(fig, profile, f"{finding}_curves")]
 
 # %%
 verdict = judge(df)

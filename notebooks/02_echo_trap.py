@@ -65,14 +65,14 @@ def judge(df):
         status, reason = analysis.REPRODUCED, f"in all {collapsed} collapsed runs std and entropy fell first"
     else:
         status, reason = analysis.NOT_REPRODUCED, "a collapsed run had no leading std/entropy drop or kept its diversity"
-    return analysis.Verdict("02_echo_trap", "reward std and entropy drop before success collapses",
+    return analysis.Verdict(df.attrs["finding"], "reward std and entropy drop before success collapses",
                             status, measured, paper, reason)
 
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/02_echo_trap.yaml", profile, seeds=seeds,
+df = experiments.run_finding("02_echo_trap", profile, seeds=seeds,
                              overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["run"] = df["cfg.env.name"] + "/" + df["cfg.algo.name"]
 
 # %% [markdown]
@@ -88,7 +88,7 @@ display(table)
 fig = plots.curves(df, [analysis.success_metric(df), "reward/group_std", "policy/entropy",
                         "policy/grad_norm", "reasoning/distinct2", "reasoning/mi"],
                    hue="run", title="Fig. 6: early warnings of the Echo Trap")
-figures = [plots.save(fig, profile, "02_echo_trap_indicators")]
+figures = [plots.save(fig, profile, f"{finding}_indicators")]
 
 # %%
 verdict = judge(df)

@@ -55,14 +55,14 @@ def judge(df):
         status, reason = analysis.REPRODUCED, "filtering to 25–50% beats keeping all, and beats both controls"
     else:
         status, reason = analysis.NOT_REPRODUCED, "top-std filtering did not beat keep-all by 0.02 and both controls"
-    return analysis.Verdict("03_uncertainty_filtering", "keeping the top 25–50% of groups by reward std beats keeping all",
+    return analysis.Verdict(df.attrs["finding"], "keeping the top 25–50% of groups by reward std beats keeping all",
                             status, measured, paper, reason)
 
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/03_uncertainty_filtering.yaml", profile,
+df = experiments.run_finding("03_uncertainty_filtering", profile,
                              seeds=seeds, overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(label, axis=1)
 
 # %%
@@ -72,7 +72,7 @@ fig = plots.curves(df, [metric, "reward/group_std_kept", "policy/entropy"], hue=
 finals = analysis.late_table(df, metric, "variant")
 display(finals)
 bar = plots.bars(finals.assign(profile=profile), "variant", "late " + metric, title="Late success by kept groups")
-figures = [plots.save(fig, profile, "03_filtering_curves"), plots.save(bar, profile, "03_filtering_final")]
+figures = [plots.save(fig, profile, f"{finding}_curves"), plots.save(bar, profile, f"{finding}_final")]
 
 # %%
 verdict = judge(df)

@@ -64,14 +64,14 @@ def judge(df):
     else:
         failed = [k for k, ok in (("(a)", no_kl), ("(b)", higher), ("(c)", beats)) if not ok]
         status, reason = analysis.NOT_REPRODUCED, f"{', '.join(failed)} did not hold"
-    return analysis.Verdict("04_kl_and_clipping", "no KL and clip-higher help; StarPO-S beats StarPO",
+    return analysis.Verdict(df.attrs["finding"], "no KL and clip-higher help; StarPO-S beats StarPO",
                             status, measured, paper, reason)
 
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/04_kl_and_clipping.yaml", profile, seeds=seeds,
+df = experiments.run_finding("04_kl_and_clipping", profile, seeds=seeds,
                              overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(lambda r: "StarPO-S" if r["cfg.algo.name"] == "starpo-s" else
                          f"PPO kl={r['cfg.algo.kl_coef']:g} ε_high={r['cfg.algo.clip_high']:g}", axis=1)
 
@@ -84,7 +84,7 @@ main = df[(df["cfg.algo.name"] == "starpo-s") | ((df["cfg.algo.kl_coef"] == 0.00
 fig9 = plots.curves(main, [metric, "reward/group_std"], hue="variant", col="cfg.env.name",
                     title="Fig. 9: StarPO-S vs StarPO")
 display(analysis.late_table(main, metric, ["cfg.env.name", "variant"]))
-figures = [plots.save(fig8, profile, "04_kl_clip_ablation"), plots.save(fig9, profile, "04_starpo_s_vs_starpo")]
+figures = [plots.save(fig8, profile, f"{finding}_kl_clip_ablation"), plots.save(fig9, profile, f"{finding}_starpo_s_vs_starpo")]
 
 # %%
 verdict = judge(df)

@@ -57,7 +57,7 @@ def judge(df):
     else:
         failed = [k for k, ok in (("Table 2", diversity), ("Table 3", granularity), ("Fig. 10", freshness)) if not ok]
         status, reason = analysis.NOT_REPRODUCED, f"{', '.join(failed)} did not hold"
-    return analysis.Verdict("05_rollout_quality", "diverse, moderately granular, fresh rollouts train best",
+    return analysis.Verdict(df.attrs["finding"], "diverse, moderately granular, fresh rollouts train best",
                             status, measured, paper, reason)
 
 
@@ -71,9 +71,9 @@ def variant(r):
 
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/05_rollout_quality.yaml", profile, seeds=seeds,
+df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds,
                              overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(variant, axis=1)
 
 # %%
@@ -91,7 +91,7 @@ figures = []
 for study, title in (("pxn", "Table 2: P×N at 128 episodes"), ("actions", "Table 3: actions per turn"),
                      ("reuse", "Fig. 10: rollout reuse")):
     fig = plots.curves(df[df["study"] == study], [metric, "reward/group_std"], hue="variant", title=title)
-    figures.append(plots.save(fig, profile, f"05_{study}"))
+    figures.append(plots.save(fig, profile, f"{finding}_{study}"))
 
 # %%
 verdict = judge(df)

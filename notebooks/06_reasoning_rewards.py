@@ -67,7 +67,7 @@ def judge(df):
                      "bonus raises consistency": bool(bonus)})
     paper = {"Fig. 11: reasoning shortens everywhere": True, "Fig. 11: BanditRev longest": True,
              "Table 4: think generalises at least as well": True, "bonus raises consistency": "(report's proposal)"}
-    fmt = analysis.late_mean(analysis.curve(think, "format_valid", []).set_index("step")["format_valid"])
+    fmt = analysis.late_mean(analysis.curve(think, "rollout/format_valid", []).set_index("step")["rollout/format_valid"])
     measured["late format_valid of think runs"] = fmt
     ok = falls and rev_longest and generalises and bonus
     if not fmt >= 0.1:
@@ -77,20 +77,20 @@ def judge(df):
     else:
         failed = [k for k in list(paper)[:3] + ["bonus raises consistency"] if measured[k] is not True]
         status, reason = analysis.NOT_REPRODUCED, f"did not hold: {'; '.join(failed)}"
-    return analysis.Verdict("06_reasoning_rewards", "reasoning shortens under success-only rewards; it aids generalisation",
+    return analysis.Verdict(df.attrs["finding"], "reasoning shortens under success-only rewards; it aids generalisation",
                             status, measured, paper, reason)
 
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/06_reasoning_rewards.yaml", profile, seeds=seeds,
+df = experiments.run_finding("06_reasoning_rewards", profile, seeds=seeds,
                              overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(lambda r: f"{r['cfg.env.name']} " + ("think" if r["cfg.rollout.enable_think"] else "no-think")
                          + (f" λ={r['cfg.algo.reasoning_lambda']:g}" if r["cfg.env.name"] == "webshop" else ""), axis=1)
 
 # %%
 think = df[df["cfg.rollout.enable_think"]]
-fig11 = plots.curves(think, ["reasoning/length", "response/length", "success"], hue="variant",
+fig11 = plots.curves(think, ["reasoning/length", "response/length", "rollout/success"], hue="variant",
                      title="Fig. 11: reasoning length over training")
 shifted = [c for c in df.columns if c.startswith("val/success/")]
 table4 = df[df["cfg.env.name"].isin(list(SHIFTS))]
@@ -99,9 +99,9 @@ for col in shifted:  # success on the shifted env each run was validated on
     table = table.merge(analysis.late_table(table4, col, "variant"), on="variant")
 display(table)
 shop = df[df["cfg.env.name"] == "webshop"]
-fig_bonus = plots.curves(shop, ["success", "reward/mean", "reasoning/consistency"], hue="variant",
+fig_bonus = plots.curves(shop, ["rollout/success", "reward/mean", "reasoning/consistency"], hue="variant",
                          title="Reasoning–action consistency bonus (WebShop-lite, λ = 0.4)")
-figures = [plots.save(fig11, profile, "06_reasoning_length"), plots.save(fig_bonus, profile, "06_consistency_bonus")]
+figures = [plots.save(fig11, profile, f"{finding}_reasoning_length"), plots.save(fig_bonus, profile, f"{finding}_consistency_bonus")]
 
 # %%
 verdict = judge(df)

@@ -86,7 +86,7 @@ def judge(df):
         status, reason = analysis.REPRODUCED, "A*-PO is faster (and leaner) at similar accuracy on ≥ 3 of 4 envs"
     else:
         status, reason = analysis.NOT_REPRODUCED, "A*-PO was not both faster and as accurate on ≥ 3 of 4 envs"
-    return analysis.Verdict("07_apo_vs_starpo", "A*-PO: similar accuracy for less time and memory than StarPO",
+    return analysis.Verdict(df.attrs["finding"], "A*-PO: similar accuracy for less time and memory than StarPO",
                             status, measured, paper, reason)
 
 
@@ -99,9 +99,9 @@ def variant(r):
 
 
 # %%
-df = experiments.run_finding(experiments.ROOT / "params/07_apo_vs_starpo.yaml", profile, seeds=seeds,
+df = experiments.run_finding("07_apo_vs_starpo", profile, seeds=seeds,
                              overrides=overrides)
-profile = df.attrs["profile"]
+profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(variant, axis=1)
 df["time/train_step"] = df["time/rollout"] + df["time/forward"] + df["time/update"]
 
@@ -111,7 +111,7 @@ display(table)
 fig = plots.curves(df, [analysis.success_metric(df), "policy/kl_ref", "time/train_step"], hue="variant",
                    col="cfg.env.name", title="A*-PO vs StarPO")
 cost = plots.bars(table.assign(profile=profile), "env", "s/step", hue="variant", title="Train seconds per step")
-figures = [plots.save(fig, profile, "07_apo_curves"), plots.save(cost, profile, "07_apo_cost")]
+figures = [plots.save(fig, profile, f"{finding}_curves"), plots.save(cost, profile, f"{finding}_cost")]
 
 # %%
 verdict = judge(df)

@@ -36,9 +36,9 @@ def _run(args) -> int:
     from ragen_lib import config, runs, trainer
 
     cfg = config.load(args.config, args.set)
-    path = runs.run_dir(Path(args.out), args.finding, cfg.to_dict())
+    path = runs.run_dir(Path(args.out), args.finding, cfg)
     # Data parallel (accelerate launch / torchrun): rank 0 alone opens the run folder and logs.
-    run = runs.Run(path, cfg.to_dict()) if os.environ.get("RANK", "0") == "0" else None
+    run = runs.Run(path, cfg) if os.environ.get("RANK", "0") == "0" else None
     if (path / runs.DONE).exists():
         print(f"finished run reused: {path} (delete its DONE file to train again)")
         return 0
@@ -61,7 +61,8 @@ def _warmup(args) -> int:
     import json
     import time
 
-    from ragen_lib import config, models, trainer
+    from ragen_lib import config, models
+    from ragen_lib.warmup import warmup
 
     cfg = config.load(args.config, args.set) if args.config else config.from_dict({}, args.set)
     if cfg.train.warmup == "none":
@@ -69,7 +70,7 @@ def _warmup(args) -> int:
     t0 = time.perf_counter()
     policy, tok = models.load(cfg.model.name, device=cfg.model.device)
     device = str(next(policy.parameters()).device)
-    result = trainer.warmup(policy, tok, cfg, device, progress=True)
+    result = warmup(policy, tok, cfg, device, progress=True)
     print(json.dumps({"env": cfg.env.name, "warmup": cfg.train.warmup, "steps": cfg.train.warmup_steps,
                       **result, "seconds": round(time.perf_counter() - t0, 1)}))
     return 0
@@ -101,7 +102,7 @@ def _plot(args) -> int:
         if args.hue != "run_id" and args.hue in part:
             run_id = f"{run_id} ({args.hue}={part[args.hue].iloc[0]})"
         third = max(1, len(part) // 3)
-        for m in args.metrics + ["format_valid"]:
+        for m in args.metrics + ["rollout/format_valid"]:
             v = part[["step", m]].dropna() if m in part else None
             if v is None or v.empty:
                 continue
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     plot = sub.add_parser("plot", help="curves and a first/last summary of the runs in a run store")
     plot.add_argument("root", help="the --out of `run` (holds runs/<finding>/)")
     plot.add_argument("--finding", default="adhoc")
-    plot.add_argument("--metrics", nargs="*", default=["success", "val/success", "reward/mean", "policy/entropy"])
+    plot.add_argument("--metrics", nargs="*", default=["rollout/success", "val/success", "reward/mean", "policy/entropy"])
     plot.add_argument("--png", default=None, help="default: <root>/<finding>.png")
     plot.add_argument("--title", default="")
     plot.add_argument("--hue", default="run_id", help="column that tells runs apart, e.g. cfg.train.warmup_lr")

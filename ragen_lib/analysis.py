@@ -55,7 +55,7 @@ def drop_step(values: pd.Series, frac: float = 0.5) -> int | None:
 
 def success_metric(df: pd.DataFrame) -> str:
     """Validation success when the runs validated, else training success."""
-    return "val/success" if "val/success" in df and df["val/success"].notna().any() else "success"
+    return "val/success" if "val/success" in df and df["val/success"].notna().any() else "rollout/success"
 
 
 def series(df: pd.DataFrame, metric: str, **where) -> pd.Series:

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import yaml
 
+from ragen_lib.algorithms import ADVANTAGE_ESTIMATORS, FILTER_MODES, KL_ESTIMATORS, POLICY_OBJECTIVES
+from ragen_lib.distributed import world_size
+
 KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
 
@@ -88,12 +91,18 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class AlgoConfig:
+    """The algorithm. `name` picks a preset (`ALGO_PRESETS`) that fills every field left at None,
+    wherever the config is built (YAML, overrides or Python); a field given explicitly wins."""
+
     name: str = "starpo-ppo"
-    """starpo-ppo | starpo-grpo | starpo-s | apo; the preset fills the fields below."""
-    advantage: str = "gae"
-    """gae (critic) | grpo (group-normalised trajectory reward) | apo (r - V*)."""
-    critic: bool = True
-    """A value head on a copy of the base model (StarPO-PPO, StarPO-S)."""
+    """starpo-ppo | starpo-grpo | starpo-s | apo (see ALGO_PRESETS)."""
+    advantage: str | None = None
+    """The advantage estimator (`algorithms.ADVANTAGE_ESTIMATORS`): gae (critic) | grpo
+    (group-normalised trajectory reward) | apo (r − V*). None: the preset's."""
+    objective: str | None = None
+    """The policy objective (`algorithms.POLICY_OBJECTIVES`): ppo-clip | apo. None: the preset's."""
+    critic: bool | None = None
+    """A value head on a copy of the base model (StarPO-PPO, StarPO-S). None: the preset's."""
     gamma: float = 1.0
     """GAE discount over policy tokens (RAGEN: 1)."""
     lam: float = 1.0
@@ -102,20 +111,21 @@ class AlgoConfig:
     """GRPO: divide by the group std (True) or only subtract the group mean (False)."""
     clip_low: float = 0.2
     """PPO ratio clip below 1 (eps_low)."""
-    clip_high: float = 0.2
-    """PPO ratio clip above 1 (eps_high); StarPO-S "clip-higher": 0.28."""
+    clip_high: float | None = None
+    """PPO ratio clip above 1 (eps_high); StarPO-S "clip-higher": 0.28. None: the preset's."""
     value_clip: float = 0.5
     """Clip of the critic's update around its old value."""
-    kl_coef: float = 0.001
-    """KL to the reference policy; 0 removes it (StarPO-S). KL is still logged."""
+    kl_coef: float | None = None
+    """KL to the reference policy; 0 removes it (StarPO-S), KL is still logged. None: the preset's."""
     kl_estimator: str = "k1"
     """k1 | k2 | k3 (Schulman's estimators)."""
-    kl_in_reward: bool = True
-    """True: -kl_coef·KL is a per-token reward (PPO). False: a loss term (GRPO)."""
+    kl_in_reward: bool | None = None
+    """True: -kl_coef·KL is a per-token reward (PPO). False: a loss term (GRPO). None: the preset's."""
     entropy_coef: float = 0.001
     """Entropy bonus on generated tokens."""
-    filter_keep: float = 1.0
-    """Uncertainty filter: fraction of groups kept by the std of their raw rewards (StarPO-S: 0.25)."""
+    filter_keep: float | None = None
+    """Uncertainty filter: fraction of groups kept by the std of their raw rewards (StarPO-S: 0.25).
+    None: the preset's."""
     filter_mode: str = "top"
     """top (highest std, StarPO-S) | bottom | random (the controls)."""
     reasoning_lambda: float = 0.0
@@ -135,9 +145,13 @@ class AlgoConfig:
 
     def __post_init__(self):
         _choice("algo.name", self.name, tuple(ALGO_PRESETS))
-        _choice("algo.advantage", self.advantage, ("gae", "grpo", "apo"))
-        _choice("algo.kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
-        _choice("algo.filter_mode", self.filter_mode, ("top", "bottom", "random"))
+        for key, value in ALGO_PRESETS[self.name].items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)  # frozen: resolved once, at construction
+        _choice("algo.advantage", self.advantage, tuple(ADVANTAGE_ESTIMATORS))
+        _choice("algo.objective", self.objective, tuple(POLICY_OBJECTIVES))
+        _choice("algo.kl_estimator", self.kl_estimator, tuple(KL_ESTIMATORS))
+        _choice("algo.filter_mode", self.filter_mode, FILTER_MODES)
         if self.advantage == "gae" and not self.critic:
             raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
         if not 0 < self.filter_keep <= 1:
@@ -145,17 +159,29 @@ class AlgoConfig:
         if self.clip_low < 0 or self.clip_high < 0:
             raise ValueError("algo.clip_low and algo.clip_high must be >= 0")
 
+    @property
+    def label(self) -> str:
+        """The preset's name, plus the estimator when it is not the preset's (e.g. starpo-s+grpo):
+        a run folder never names one algorithm while the run used another estimator."""
+        usual = ALGO_PRESETS[self.name]["advantage"]
+        return self.name if self.advantage == usual else f"{self.name}+{self.advantage}"
 
+
+#: Every preset sets exactly these fields: the ones that tell the algorithms apart.
+PRESET_FIELDS = ("advantage", "objective", "critic", "kl_coef", "kl_in_reward", "clip_high", "filter_keep")
 ALGO_PRESETS: dict[str, dict] = {
-    # Vanilla StarPO with a critic: KL 0.001 (k1) in the reward, symmetric clip 0.2.
-    "starpo-ppo": {"advantage": "gae", "critic": True},
-    # GRPO: group mean/std-normalised trajectory reward, KL as a loss term, no critic.
-    "starpo-grpo": {"advantage": "grpo", "critic": False, "kl_in_reward": False},
+    # Vanilla StarPO with a critic: KL 0.001 (k1) in the reward, symmetric clip 0.2, no filter.
+    "starpo-ppo": {"advantage": "gae", "objective": "ppo-clip", "critic": True, "kl_coef": 0.001,
+                   "kl_in_reward": True, "clip_high": 0.2, "filter_keep": 1.0},
+    # GRPO: group mean/std-normalised trajectory reward, KL 0.001 as a loss term, no critic.
+    "starpo-grpo": {"advantage": "grpo", "objective": "ppo-clip", "critic": False, "kl_coef": 0.001,
+                    "kl_in_reward": False, "clip_high": 0.2, "filter_keep": 1.0},
     # StarPO-S: keep the top 25% of groups by reward std, no KL, clip-higher, critic kept.
-    "starpo-s": {"advantage": "gae", "critic": True, "filter_keep": 0.25, "kl_coef": 0.0,
-                 "clip_high": 0.28},
-    # A*-PO as released: no critic, no KL, no clipping (the regression loss has no ratio).
-    "apo": {"advantage": "apo", "critic": False, "kl_coef": 0.0},
+    "starpo-s": {"advantage": "gae", "objective": "ppo-clip", "critic": True, "kl_coef": 0.0,
+                 "kl_in_reward": True, "clip_high": 0.28, "filter_keep": 0.25},
+    # A*-PO as released: no critic, no KL, no clipping (the regression loss has no ratio), no filter.
+    "apo": {"advantage": "apo", "objective": "apo", "critic": False, "kl_coef": 0.0, "kl_in_reward": True,
+            "clip_high": 0.2, "filter_keep": 1.0},
 }
 
 
@@ -219,13 +245,35 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    def __post_init__(self):
+        # Checks across sections: a bad combination fails here, before any model loads.
+        t, a = self.train, self.algo
+        if a.advantage == "apo" and a.filter_keep < 1:
+            raise ValueError("A*-PO samples one answer per state; the group filter needs algo.filter_keep=1")
+        if a.advantage == "apo" and t.groups * t.group_size > a.apo_prompt_pool:
+            raise ValueError(f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct states "
+                             f"per step from a pool of algo.apo_prompt_pool={a.apo_prompt_pool}; raise it")
+        world = world_size()
+        if t.groups % world:
+            raise ValueError(f"train.groups={t.groups} is not divisible by the {world} processes: each process "
+                             "plays whole groups (the group statistics stay on one process)")
+
     def to_dict(self) -> dict:
         return _plain(asdict(self))
 
     def hash(self) -> str:
         """Stable across processes and machines: sha256 of the canonical JSON, 12 hex chars."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return dict_hash(self.to_dict())
+
+    def slug(self) -> str:
+        """A readable run name: <algorithm>_<env>_s<seed> (the hash makes a folder unique)."""
+        return f"{self.algo.label}_{self.env.name}_s{self.train.seed}"
+
+
+def dict_hash(d: dict) -> str:
+    """The config hash of a plain config dict (what `Config.to_dict` gives and config.yaml holds)."""
+    text = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 SECTIONS = {"model": ModelConfig, "env": EnvConfig, "rollout": RolloutConfig, "algo": AlgoConfig,
@@ -235,7 +283,7 @@ SECTIONS = {"model": ModelConfig, "env": EnvConfig, "rollout": RolloutConfig, "a
 def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) -> Config:
     """Build a Config from nested dicts plus dotted overrides ({"algo.clip_high": 0.28} or
     ["algo.clip_high=0.28"]). Unknown sections or keys raise ValueError listing the valid ones.
-    The algo preset fills only the algo fields that neither `d` nor `overrides` set."""
+    The algo preset fills only the algo fields that neither `d` nor `overrides` set (AlgoConfig)."""
     d = copy.deepcopy(d or {})
     for key, value in _parse_overrides(overrides).items():
         section, _, leaf = key.partition(".")
@@ -252,11 +300,6 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
         given = dict(d.get(section) or {})
         names = {f.name: f for f in fields(cls)}
         _check_keys(section + ".", given, names)
-        if cls is AlgoConfig:
-            preset = ALGO_PRESETS.get(given.get("name", AlgoConfig.name))
-            if preset is None:
-                _choice("algo.name", given.get("name"), tuple(ALGO_PRESETS))
-            given = {**preset, **given}
         parts[section] = cls(**{k: _coerce(section, names[k], v) for k, v in given.items()})
     return Config(**parts)
 

@@ -1,10 +1,16 @@
-"""Per-step metrics with one name per concept (config, metrics.jsonl and plots use the same keys).
+"""Metric names and the step's metric dictionary: one name per concept, from the trainer to
+metrics.jsonl, the DataFrame, the plots' axis labels and the docs.
+
+Naming rule: `<where>/<quantity>` in lower snake case, where `<where>` says what was measured:
+`rollout` (the step's training episodes), `reward`, `policy`, `critic`, `loss`, `response`,
+`reasoning`, `val` (fixed validation states; `val/<quantity>/<env>` for an extra env), `warmup`,
+`time`, `throughput`, `memory`. `METRICS` lists every name with its axis label and meaning;
+`docs/ARCHITECTURE.md` carries the same table (`markdown_table()`; a test keeps them equal).
 
 Text diagnostics for the echo trap live here as plain functions of strings:
 - `distinct_n`: the fraction of distinct n-grams across a batch of reasoning texts (diversity);
 - `reasoning_mi`: a mutual-information proxy between the initial state and the reasoning
-  ("template collapse": the reasoning stops depending on the input while looking varied);
-- `consistency_bonus`: the reasoning–action consistency reward of the WebShop-lite report.
+  ("template collapse": the reasoning stops depending on the input while looking varied).
 """
 
 from __future__ import annotations
@@ -12,23 +18,143 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from ragen_lib.algorithms import masked_mean
 
 _WORD = re.compile(r"[a-z0-9]+")
 
-#: The keys `trainer.train` writes every step (`time/v_star`: A*-PO only, at step 0 and at each
-#: V* refresh; warm-up and validation add `warmup/*` and `val/*`). Plots and notebooks read these.
-STEP_KEYS = (
-    "success", "reward/mean", "reward/std", "reward/group_std", "reward/group_std_kept",
-    "reward/frac_zero_std", "format_valid", "policy/entropy", "policy/grad_norm", "policy/kl_ref",
-    "policy/clip_frac_low", "policy/clip_frac_high", "policy/approx_kl", "loss/policy", "loss/value",
-    "loss/apo", "response/length", "reasoning/length", "reasoning/distinct2", "reasoning/mi",
-    "reasoning/consistency", "rollout/kept", "rollout/truncated", "rollout/turns", "skipped_steps", "warmup",
-    "time/rollout", "time/forward", "time/update", "time/step", "time/v_star",
-    "throughput/gen_tokens_per_s", "throughput/train_tokens_per_s",
-    "memory/peak_gb",
-)
+
+@dataclass(frozen=True)
+class Metric:
+    label: str
+    """Axis label for figures."""
+    doc: str
+    """What it measures."""
+    when: str = "every step"
+
+
+METRICS: dict[str, Metric] = {
+    "rollout/success": Metric("success (train)", "fraction of the step's episodes that ended in success"),
+    "rollout/format_valid": Metric("format-valid (train)", "fraction of the step's turns whose answer parsed with only valid actions"),
+    "rollout/truncated": Metric("truncated", "fraction of episodes cut by a turn, action or context budget"),
+    "rollout/turns": Metric("turns", "mean turns per episode"),
+    "rollout/kept": Metric("episodes kept", "episodes the uncertainty filter kept for the update"),
+    "reward/mean": Metric("reward", "mean trajectory reward (env rewards + format terms)"),
+    "reward/std": Metric("reward std", "population std of the trajectory rewards"),
+    "reward/group_std": Metric("group reward std", "mean over groups of the std of their raw rewards, before the filter"),
+    "reward/group_std_kept": Metric("group reward std (kept)", "the same over the groups the filter kept"),
+    "reward/frac_zero_std": Metric("groups with zero std", "fraction of groups whose rewards are all equal"),
+    "policy/entropy": Metric("entropy", "mean per-token entropy of the policy on the loss mask"),
+    "policy/kl_ref": Metric("KL to reference", "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update"),
+    "policy/grad_norm": Metric("grad norm", "global gradient norm before clipping (mean over optimizer steps)"),
+    "policy/clip_frac_low": Metric("clip fraction (low)", "fraction of tokens with A<0 and ratio < 1−clip_low"),
+    "policy/clip_frac_high": Metric("clip fraction (high)", "fraction of tokens with A>0 and ratio > 1+clip_high"),
+    "policy/approx_kl": Metric("approx KL (old‖new)", "k3 estimate of KL(π_old ‖ π) during the update"),
+    "policy/skipped_steps": Metric("skipped policy steps", "optimizer steps skipped for a non-finite gradient, since the start"),
+    "critic/explained_var": Metric("explained variance", "1 − Var(R − V)/Var(R) of the critic on the loss mask (NaN without a critic)"),
+    "critic/skipped_steps": Metric("skipped critic steps", "critic optimizer steps skipped for a non-finite gradient, since the start"),
+    "loss/policy": Metric("policy loss", "the objective's loss (mean over micro-batches)"),
+    "loss/value": Metric("value loss", "the critic's clipped value loss"),
+    "loss/apo": Metric("A*-PO loss", "A*-PO's regression loss"),
+    "response/length": Metric("response tokens", "generated tokens per turn"),
+    "reasoning/length": Metric("reasoning tokens", "tokens of the parsed <think> text per turn"),
+    "reasoning/distinct2": Metric("distinct-2", "distinct bigrams / all bigrams of the reasoning texts"),
+    "reasoning/mi": Metric("MI proxy (nats/word)", "mutual-information proxy between initial state and reasoning"),
+    "reasoning/consistency": Metric("consistency bonus", "mean reasoning–action consistency bonus of the kept episodes"),
+    "time/rollout": Metric("rollout s", "seconds generating and stepping the envs"),
+    "time/forward": Metric("forward s", "seconds of the no-grad old-policy, reference and critic forwards"),
+    "time/update": Metric("update s", "seconds of the mini-batch updates"),
+    "time/step": Metric("step s", "seconds of the whole step, validation included"),
+    "time/v_star": Metric("V* s", "A*-PO stage 1 seconds", "A*-PO: step 0 and each V* refresh"),
+    "throughput/gen_tokens_per_s": Metric("generated tokens/s", "generated tokens / rollout seconds"),
+    "throughput/train_tokens_per_s": Metric("trained tokens/s", "tokens forwarded with gradients / update seconds"),
+    "memory/peak_gb": Metric("peak GB", "peak CUDA memory of the step (NaN on CPU)"),
+    "val/success": Metric("success (val)", "success on the fixed validation states at val_temperature", "validation steps"),
+    "val/format_valid": Metric("format-valid (val)", "format-valid rate on the validation states", "validation steps"),
+    "warmup/format_valid_before": Metric("format-valid before warm-up", "first answers on 32 held-out states, before", "step 0 with a warm-up"),
+    "warmup/format_valid_after": Metric("format-valid after warm-up", "the same after the warm-up", "step 0 with a warm-up"),
+    "warmup/success_before": Metric("success before warm-up", "first-answer success on the same states, before", "step 0 with a warm-up"),
+    "warmup/success_after": Metric("success after warm-up", "the same after the warm-up", "step 0 with a warm-up"),
+    "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
+}
+#: The update's statistics, one value per micro-batch (grad norm: per optimizer step), averaged per step.
+UPDATE_KEYS = ("loss/policy", "loss/value", "loss/apo", "policy/clip_frac_low", "policy/clip_frac_high",
+               "policy/approx_kl", "policy/grad_norm")
+#: The keys every training step writes (plots and notebooks may rely on them).
+STEP_KEYS = tuple(k for k, m in METRICS.items() if m.when == "every step")
+
+
+def label(name: str) -> str:
+    """Axis label of a metric or a `val/<quantity>/<env>` column; the name itself otherwise."""
+    if name in METRICS:
+        return METRICS[name].label
+    base, _, env = name.rpartition("/")
+    return f"{METRICS[base].label} on {env}" if base in METRICS and name.startswith("val/") else name
+
+
+def markdown_table() -> str:
+    """The metric table of docs/ARCHITECTURE.md."""
+    rows = ["| metric | label | meaning | logged |", "| --- | --- | --- | --- |"]
+    rows += [f"| `{k}` | {m.label} | {m.doc} | {m.when} |" for k, m in METRICS.items()]
+    return "\n".join(rows)
+
+
+def step_metrics(episodes: dict, *, tokenizer, group_std: torch.Tensor, keep: torch.Tensor,
+                 kept_reasoning: torch.Tensor, update: dict[str, list[float]], **measured) -> dict:
+    """The step's metric dictionary (every key in `STEP_KEYS`).
+
+    `episodes`: every rank's episodes of the step (rewards, success, truncated, num_turns,
+    gen_tokens, seeds, thinks, turn_format_valid); `group_std` (P,) the groups' raw-reward std and
+    `keep` the kept groups' indices; `kept_reasoning` (B_all,) the kept episodes' consistency bonus;
+    `update`: per optimizer step / micro-batch values of the update, averaged here (NaNs ignored);
+    `measured`: the remaining metrics, already reduced (entropy, KL, times, …), by their names.
+    """
+    thinks = [th for ep in episodes["thinks"] for th in ep]
+    think_states = [episodes["seeds"][i] for i, ep in enumerate(episodes["thinks"]) for _ in ep]
+    turn_valid = [f for ep in episodes["turn_format_valid"] for f in ep]
+    m = {
+        "rollout/success": float(episodes["success"].float().mean()),
+        "rollout/format_valid": sum(turn_valid) / max(len(turn_valid), 1),
+        "rollout/truncated": float(episodes["truncated"].float().mean()),
+        "rollout/turns": float(episodes["num_turns"].float().mean()),
+        "rollout/kept": len(kept_reasoning),
+        "reward/mean": float(episodes["rewards"].mean()),
+        "reward/std": float(episodes["rewards"].std(unbiased=False)),
+        "reward/group_std": float(group_std.mean()),
+        "reward/group_std_kept": float(group_std[keep].mean()),
+        "reward/frac_zero_std": float((group_std == 0).float().mean()),
+        "response/length": int(episodes["gen_tokens"].sum()) / max(int(episodes["num_turns"].sum()), 1),
+        "reasoning/length": float(np.mean([len(tokenizer(th)["input_ids"]) for th in thinks] or [0])),
+        "reasoning/distinct2": distinct_n(thinks, 2),
+        "reasoning/mi": reasoning_mi(thinks, think_states),
+        "reasoning/consistency": float(kept_reasoning.mean()) if len(kept_reasoning) else 0.0,
+        **{k: _finite_mean(v) for k, v in update.items()},
+        **measured,
+    }
+    missing = set(STEP_KEYS) - set(m) - {"time/step"}  # the step's time is taken after validation
+    if missing:
+        raise KeyError(f"step_metrics is missing {sorted(missing)}: every key of STEP_KEYS must be logged")
+    return m
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, mean=masked_mean) -> float:
+    """1 − Var(returns − values) / Var(returns) over the masked tokens: the standard PPO diagnostic of
+    the critic (1: perfect, 0: no better than a constant, negative: worse). NaN when the returns do
+    not vary. `mean`: a masked mean (a data-parallel one gives the value over every rank's tokens)."""
+    def var(x):
+        return mean((x - mean(x, mask)) ** 2, mask)
+
+    var_r = float(var(returns))
+    return 1.0 - float(var(returns - values)) / var_r if var_r > 0 else float("nan")
+
+
+def _finite_mean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else float("nan")
 
 
 def words(text: str) -> list[str]:
@@ -70,16 +196,6 @@ def reasoning_mi(texts: list[str], states: list[int]) -> float:
             gains += c * (math.log(p_state) - math.log(p_all))
         total_words += sum(own.values())
     return gains / total_words if total_words else 0.0
-
-
-def consistency_bonus(think: str, actions: list[str], max_bonus: float = 0.2) -> float:
-    """Reasoning–action consistency in [0, max_bonus]: the fraction of the executed actions whose
-    words all appear in the reasoning. No reasoning or no action: 0."""
-    if not actions or not think:
-        return 0.0
-    said = set(words(think))
-    hits = sum(all(w in said for w in words(a)) for a in actions)
-    return max_bonus * hits / len(actions)
 
 
 def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

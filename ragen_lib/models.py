@@ -8,6 +8,7 @@ sha256) and later loads read that folder.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import os
@@ -16,6 +17,9 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch import nn
+
+from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
 
 EMBEDDED = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
@@ -135,6 +139,45 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+class ValueModel(nn.Module):
+    """The critic: a copy of the base model's transformer with a scalar head (RAGEN's critic)."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.backbone = copy.deepcopy(policy.base_model)
+        hidden = policy.config.hidden_size
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)  # V = 0 at the start: the first advantages are the rewards
+        nn.init.zeros_(self.head.bias)
+        self.head.to(next(self.backbone.parameters()).device, next(self.backbone.parameters()).dtype)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        v = self.head(h).squeeze(-1).float()  # (B, T): value of the state after token t
+        # Aligned with the log-probs: position t holds V(state before token t is generated).
+        return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], dim=1)
+
+
+def forward_logp(model, ids, attn, mask, *, with_entropy: bool):
+    """Log-probs (and entropies) of the tokens where `mask` is 1, aligned with `ids`; 0 elsewhere.
+
+    The LM head runs only on the positions that predict a masked token: prompts and observations
+    are most of a multi-turn sequence, and the (B, T, vocab) logits are the largest tensor of the
+    update, so this is the main saving in memory and time. ids, attn, mask (B, T) → (B, T) float32
+    (entropies too, or None).
+    """
+    hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+    target = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
+    logits = model.get_output_embeddings()(hidden[:, :-1][target]).float()  # (K, V)
+    logp = torch.zeros(ids.shape, dtype=torch.float, device=ids.device)
+    logp[:, 1:][target] = gather_logprobs(logits, ids[:, 1:][target])
+    if not with_entropy:
+        return logp, None
+    ent = torch.zeros_like(logp)
+    ent[:, 1:][target] = entropy_from_logits(logits)
+    return logp, ent
 
 
 def _tiny_random():

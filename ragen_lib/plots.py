@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from ragen_lib import runs
+from ragen_lib.metrics import label
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,10 +20,11 @@ def theme() -> None:
 
 def curves(df: pd.DataFrame, metrics: list[str], hue: str, *, col: str | None = None,
            title: str = "") -> plt.Figure:
-    """One row per metric (format_valid always added last), one column per `col` value; lines by
-    `hue`, the band is the spread over seeds. The warm-up each run had goes in the title."""
+    """One row per metric (rollout/format_valid always added last), one column per `col` value; lines
+    by `hue`, the band is the spread over seeds. The warm-up each run had goes in the title."""
     theme()
-    metrics = [m for m in metrics if m in df] + (["format_valid"] if "format_valid" not in metrics else [])
+    fmt = "rollout/format_valid"
+    metrics = [m for m in metrics if m in df] + ([fmt] if fmt not in metrics else [])
     cols = sorted(df[col].dropna().unique()) if col else [None]
     fig, axes = plt.subplots(len(metrics), len(cols), figsize=(4.2 * len(cols), 2.6 * len(metrics)),
                              squeeze=False, sharex=True)
@@ -35,8 +37,9 @@ def curves(df: pd.DataFrame, metrics: list[str], hue: str, *, col: str | None = 
                 sns.lineplot(data=data, x="step", y=m, hue=hue, ax=ax, errorbar=("pi", 100),
                              legend=(i == 0 and j == len(cols) - 1))
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
-            ax.set_ylabel(m)
-    warm = ", ".join(sorted(df["warmup"].dropna().astype(str).unique())) if "warmup" in df else "none"
+            ax.set_ylabel(label(m))
+    col_w = "cfg.train.warmup"
+    warm = ", ".join(sorted(df[col_w].dropna().astype(str).unique())) if col_w in df else "none"
     fig.suptitle(f"{title}  (warm-up: {warm})", y=1.0)
     _stamp(fig, df)
     fig.tight_layout()

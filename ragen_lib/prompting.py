@@ -93,7 +93,7 @@ def action_help(env: TextEnv) -> str:
     if env.actions:
         listed = f" {ACTION_SEPARATOR} ".join(env.actions)
     else:  # free-form actions (WebShop) describe their own syntax
-        listed = getattr(env, "action_help", "")
+        listed = env.action_help
     per_turn = env.max_actions_per_turn
     budget = (
         "You may take exactly 1 action per turn."

@@ -10,8 +10,10 @@ Two layers:
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ragen_lib.config import RolloutConfig
@@ -19,6 +21,20 @@ from ragen_lib.envs import make
 from ragen_lib.envs.base import TextEnv
 from ragen_lib.generation import StopOnText, generate
 from ragen_lib.prompting import SYSTEM_PROMPT, ParsedTurn, first_user_message, parse_response, turn_prompt
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def consistency_bonus(think: str, actions: list[str], max_bonus: float = 0.2) -> float:
+    """The reasoning–action consistency reward of the WebShop-lite report, in [0, max_bonus]: the
+    fraction of the executed actions whose words all appear in the reasoning. No reasoning or no
+    action: 0. A shaping term (`algo.reasoning_lambda` weighs it into the advantage), never a part
+    of `reward/*` or success."""
+    if not actions or not think:
+        return 0.0
+    said = set(_WORD.findall(think.lower()))
+    hits = sum(all(w in said for w in _WORD.findall(a.lower())) for a in actions)
+    return max_bonus * hits / len(actions)
 
 
 @dataclass
@@ -32,6 +48,10 @@ class TurnRecord:
     @property
     def reward(self) -> float:
         return self.env_reward + self.penalty
+
+    @property
+    def consistency(self) -> float:
+        return consistency_bonus(self.parsed.think, self.executed)
 
 
 class Episode:
@@ -112,6 +132,7 @@ class RolloutBatch:
     messages: list[list[dict]]  # the full chat of each episode
     thinks: list[list[str]] = field(default_factory=list)  # parsed <think> text per turn
     actions: list[list[list[str]]] = field(default_factory=list)  # actions executed, per turn
+    reasoning_bonus: torch.Tensor | None = None  # (B,) consistency bonus, mean over the episode's turns
 
     @property
     def format_valid_rate(self) -> float:
@@ -258,4 +279,5 @@ def _to_batch(episodes, tracks, responses, group_size, pad) -> RolloutBatch:
         messages=[e.messages for e in episodes],
         thinks=[[t.parsed.think for t in e.turns] for e in episodes],
         actions=[[t.executed for t in e.turns] for e in episodes],
+        reasoning_bonus=torch.tensor([np.mean([t.consistency for t in e.turns] or [0.0]) for e in episodes]),
     )

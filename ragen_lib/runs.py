@@ -8,14 +8,11 @@
 
 A finished run (DONE) is reused; an unfinished one resumes from its newest checkpoint, and the
 metric lines after that checkpoint are dropped first, so re-running those steps duplicates nothing.
-Configs are plain nested dicts here (`Config.to_dict()`), so this module stands alone.
+This module is the store only: grids and worker processes live in `experiments`.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import itertools
 import json
 import math
 import os
@@ -24,6 +21,9 @@ import subprocess
 from pathlib import Path
 
 import yaml
+
+from ragen_lib import config
+from ragen_lib.config import Config
 
 DONE = "DONE"
 
@@ -48,22 +48,10 @@ class CorruptRunError(RuntimeError):
     """A run file cannot be read; the message names the file and what to do."""
 
 
-def config_hash(cfg: dict) -> str:
-    text = json.dumps(cfg, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def run_dir(root, finding: str, cfg: dict) -> Path:
+def run_dir(root, finding: str, cfg: Config) -> Path:
     """`<root>/runs/<finding>/<slug>-<hash>`; the slug makes folders readable, the hash unique."""
-    def field(section: str, key: str):
-        sec = cfg.get(section)
-        return sec.get(key) if isinstance(sec, dict) else None
-
-    parts = [field("algo", "name"), field("env", "name")]
-    seed = field("train", "seed")
-    slug = "_".join(str(p) for p in parts if p not in (None, "")) + (f"_s{seed}" if seed is not None else "")
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", slug).strip("-_.")  # model or env names may hold "/"
-    return Path(root) / "runs" / finding / f"{slug or 'run'}-{config_hash(cfg)}"
+    slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", cfg.slug()).strip("-_.")  # model or env names may hold "/"
+    return Path(root) / "runs" / finding / f"{slug or 'run'}-{cfg.hash()}"
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -91,19 +79,22 @@ def _plain(v):
 
 
 class Run:
-    def __init__(self, path, cfg: dict):
+    """One run folder. `Run(path, cfg)` opens it to train `cfg` (writing config.yaml, or checking
+    that the folder's config is this one); `Run(path)` opens an existing run to read it."""
+
+    def __init__(self, path, cfg: Config | None = None):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.cfg = cfg
         cfg_file = self.path / "config.yaml"
-        if cfg_file.exists():
-            saved = yaml.safe_load(cfg_file.read_text())
-            if config_hash(saved) != config_hash(cfg):
+        if cfg is None:
+            if not cfg_file.exists():
+                raise FileNotFoundError(f"{self.path} is not a run folder (no config.yaml)")
+        elif cfg_file.exists():
+            if config.dict_hash(yaml.safe_load(cfg_file.read_text())) != cfg.hash():
                 raise ValueError(f"{cfg_file} holds a different config than this run's; the folder belongs "
                                  "to another run. Use another root, or delete the folder to start over.")
-        else:  # through JSON first: tuples become lists (safe_dump refuses tuples), hash unchanged
-            plain = json.loads(json.dumps(cfg, default=str))
-            _atomic_write(cfg_file, yaml.safe_dump(plain, sort_keys=False))
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            _atomic_write(cfg_file, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         self._last_step: int | None = None
 
     # --- status ----------------------------------------------------------------------------
@@ -217,40 +208,7 @@ class Run:
         return step, state
 
 
-# --- grids ---------------------------------------------------------------------------------
-def set_dotted(cfg: dict, key: str, value) -> dict:
-    out = copy.deepcopy(cfg)
-    node = out
-    parts = key.split(".")
-    for depth, p in enumerate(parts):
-        if not isinstance(node, dict) or p not in node:
-            where = ".".join(parts[:depth]) or "top level"
-            valid = ", ".join(sorted(node)) if isinstance(node, dict) else "(not a section)"
-            raise KeyError(f"unknown config key {key!r}: no {p!r} at {where}; valid keys there: {valid}")
-        if depth == len(parts) - 1:
-            node[p] = value
-        else:
-            node = node[p]
-    return out
-
-
-def expand_grid(base: dict, grid) -> list[dict]:
-    """A dict {dotted key: [values]} gives the cartesian product (keys in the order given); a
-    list of dicts gives one config per dict of overrides."""
-    if isinstance(grid, list):
-        variants = grid
-    else:
-        keys = list(grid)
-        variants = [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
-    out = []
-    for overrides in variants:
-        cfg = base
-        for k, v in overrides.items():
-            cfg = set_dotted(cfg, k, v)
-        out.append(copy.deepcopy(cfg))
-    return out
-
-
+# --- reading a store -------------------------------------------------------------------------
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -271,7 +229,7 @@ def load(root, finding: str | None = None, *, include_running: bool = True):
     for cfg_file in folders:
         path = cfg_file.parent
         cfg = yaml.safe_load(cfg_file.read_text())
-        run = Run(path, cfg)
+        run = Run(path)
         if not include_running and not run.done:
             continue
         flat = {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
@@ -293,78 +251,6 @@ def load_samples(root, finding: str, run_ids=None):
         path = cfg_file.parent
         if run_ids is not None and path.name not in run_ids:
             continue
-        run = Run(path, yaml.safe_load(cfg_file.read_text()))
+        run = Run(path)
         rows += [{"run_id": path.name, **s} for s in run._read("samples.jsonl", repair=False)]
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", "step", "seed", "thinks"])
-
-
-def run_grid(root, finding: str, cfgs: list[dict], train_fn, *, progress: bool = True,
-             slots: list[dict] | None = None) -> list[Path]:
-    """Train every config not already DONE under `<root>/runs/<finding>/`; returns the run folders.
-    `train_fn(cfg_dict, run)` does the work and resumes itself through `run.resume()`.
-
-    `slots`: one dict of environment variables per worker process, e.g. {"CUDA_VISIBLE_DEVICES": "0"}
-    twice to pack two runs on GPU 0, or {"OMP_NUM_THREADS": "1"} per CPU core. With two or more,
-    runs go to a pool of that many spawned processes (train_fn must then be a module-level
-    function). A failed run does not stop the others; the first failure is raised at the end.
-    """
-    from tqdm.auto import tqdm
-
-    paths = [run_dir(root, finding, c) for c in cfgs]
-    # Identical configs share one folder: train it once (two workers on one folder would collide).
-    todo = list({p: (c, p) for c, p in zip(cfgs, paths) if not (p / DONE).exists()}.values())
-    bar = tqdm(total=len(todo), desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run",
-               unit="run", disable=not progress or not todo)
-    failures: list[tuple[Path, BaseException]] = []
-    if slots and len(slots) > 1 and len(todo) > 1:
-        failures = _run_pool(todo, train_fn, slots, bar)
-    else:
-        for cfg, path in todo:
-            try:
-                train_fn(cfg, Run(path, cfg))
-            except BaseException:
-                print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
-                raise
-            bar.update()
-    bar.close()
-    if failures:
-        names = ", ".join(p.name for p, _ in failures)
-        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed ({names}); the others finished. "
-                           "Failed runs keep their metrics and last checkpoint: rerun to resume them.") \
-            from failures[0][1]
-    return paths
-
-
-def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseException]]:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # spawn, not fork: a forked CUDA context or a forked torch thread pool is unusable.
-    ctx = multiprocessing.get_context("spawn")
-    free = ctx.Queue()
-    for slot in slots:
-        free.put(dict(slot))
-    failures = []
-    with ProcessPoolExecutor(len(slots), mp_context=ctx, initializer=_claim_slot, initargs=(free,)) as pool:
-        futures = {pool.submit(_train_in_worker, train_fn, cfg, str(path)): path for cfg, path in todo}
-        for fut in as_completed(futures):
-            if fut.exception() is not None:
-                print(f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last checkpoint "
-                      "are kept: rerun to resume")
-                failures.append((futures[fut], fut.exception()))
-            bar.update()
-    return failures
-
-
-def _claim_slot(free) -> None:
-    """Pool initializer: this worker takes one slot's environment for its whole life."""
-    env = free.get()
-    os.environ.update(env)
-    if "OMP_NUM_THREADS" in env:
-        import torch
-
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-
-
-def _train_in_worker(train_fn, cfg: dict, path: str) -> None:
-    train_fn(cfg, Run(Path(path), cfg))

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from ragen_lib import analysis, experiments
+from ragen_lib import analysis
 
 
 def s(values, start=0):
@@ -38,11 +38,11 @@ def test_late_early_mean_and_slope():
 
 def test_series_and_late_table_average_seeds_per_step_first():
     df = pd.DataFrame({"step": [0, 1, 0, 1, 0, 1], "seed": [0, 0, 1, 1, 0, 0], "v": ["a", "a", "a", "a", "b", "b"],
-                       "success": [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]})
-    assert list(analysis.series(df, "success", v="a")) == [0.0, 0.5]
-    table = analysis.late_table(df, "success", "v").set_index("v")["late success"]
+                       "rollout/success": [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]})
+    assert list(analysis.series(df, "rollout/success", v="a")) == [0.0, 0.5]
+    table = analysis.late_table(df, "rollout/success", "v").set_index("v")["late rollout/success"]
     assert table["a"] == 0.5 and table["b"] == 1.0  # last third of 2 steps = the last step
-    assert analysis.success_metric(df) == "success"
+    assert analysis.success_metric(df) == "rollout/success"
     assert analysis.success_metric(df.assign(**{"val/success": 0.3})) == "val/success"
 
 
@@ -67,37 +67,3 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     report = analysis.report("smoke").read_text()
     assert "| 09_x | a claim | **NOT REPRODUCED** | k: 0.25 vs 0.5 |" in report
     assert "Smoke profile" in report
-
-
-def test_grid_order_defaults_base_profile_variant_and_labels(tmp_path):
-    grid = tmp_path / "g.yaml"
-    grid.write_text("finding: f\nbase: {train.steps: 7, algo.name: starpo-s}\n"
-                    "grid:\n  - {study: a, rollout.max_new_tokens: 5}\n  - {study: b}\n")
-    finding, points = experiments.variants(grid, "smoke", seeds=[0, 1])
-    assert finding == "f" and len(points) == 4
-    cfg, labels = points[0]
-    assert labels == {"study": "a"}
-    assert cfg.rollout.max_new_tokens == 5  # the variant beats the profile's 8
-    assert cfg.train.steps == 3  # the profile beats the base's 7
-    assert cfg.algo.filter_keep == 0.25  # base algo.name's preset
-    assert [c.train.seed for c, _ in points] == [0, 1, 0, 1]
-    assert points[2][0].rollout.max_new_tokens == 8  # variant b keeps the profile's
-
-
-def test_cap_batch_shrinks_p_and_n_alike():
-    assert experiments.cap_batch({"train.groups": 32, "train.group_size": 4}, 16) == \
-        {"train.groups": 11, "train.group_size": 2}  # s = sqrt(16/128) = 0.354
-    assert experiments.cap_batch({"train.groups": 8, "train.group_size": 16}, 16) == \
-        {"train.groups": 3, "train.group_size": 6}
-    small = {"train.groups": 2, "train.group_size": 2}
-    assert experiments.cap_batch(small, 16) == small and experiments.cap_batch(small, None) == small
-
-
-def test_profile_errors_and_cpu_worker_slots(monkeypatch):
-    with pytest.raises(ValueError, match="unknown profile 'fast'; valid profiles: smoke, quick, paper"):
-        experiments.load_profile("fast")
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
-    assert experiments.worker_slots(2) == [{"OMP_NUM_THREADS": "4"}, {"OMP_NUM_THREADS": "4"}]
-    with pytest.raises(ValueError, match="runs_per_device must be >= 1"):
-        experiments.worker_slots(0)

@@ -69,3 +69,31 @@ def test_hash_is_stable_and_round_trips(tmp_path):
 def test_missing_file_is_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         config.load(tmp_path / "nope.yaml")
+
+
+def test_a_preset_resolves_wherever_the_config_is_built():
+    direct = config.AlgoConfig(name="starpo-s")
+    assert direct == from_dict({"algo": {"name": "starpo-s"}}).algo  # Python, YAML: the same algorithm
+    assert (direct.filter_keep, direct.kl_coef, direct.clip_high) == (0.25, 0.0, 0.28)
+    assert config.AlgoConfig(name="starpo-s", clip_high=0.2).clip_high == 0.2  # explicit wins
+    for name, preset in config.ALGO_PRESETS.items():
+        assert set(preset) == set(config.PRESET_FIELDS), name  # each preset states the whole algorithm
+    assert config.AlgoConfig(name="apo").label == "apo"
+    assert config.AlgoConfig(name="starpo-s", advantage="grpo", critic=False).label == "starpo-s+grpo"
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"algo.name": "apo", "algo.filter_keep": 0.5}, "needs algo.filter_keep=1"),
+    ({"algo.name": "apo", "algo.apo_prompt_pool": 8}, "raise it"),  # 8 groups × 16 > 8
+    ({"algo.objective": "dpo"}, "algo.objective='dpo' is not valid; choose one of: ppo-clip, apo"),
+])
+def test_cross_field_checks_fail_when_the_config_is_built(over, words):
+    with pytest.raises(ValueError, match=words):
+        from_dict({}, over)
+
+
+def test_groups_must_split_over_the_launched_processes(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ValueError, match="train.groups=8 is not divisible by the 3 processes"):
+        from_dict({})
+    assert from_dict({}, {"train.groups": 6}).train.groups == 6

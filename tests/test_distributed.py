@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lib import config, trainer
+from ragen_lib import config, seeds, trainer
 
 # Runs inside each launched process: the CLI, with spies on the model and the rollout seeds.
 DRIVER = """
@@ -111,7 +111,7 @@ def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
     assert ranks[0]["params"] == ranks[1]["params"]  # gradients summed: the replicas never drift
 
     single, single_seeds = _single(cfg, monkeypatch)
-    assert single_seeds == [trainer.train_seeds(cfg, s) for s in (0, 1)]
+    assert single_seeds == [seeds.train_seeds(cfg, s) for s in (0, 1)]
     # Each rank played its half of the single-process groups, in order.
     assert [a + b for a, b in zip(ranks[0]["seeds"], ranks[1]["seeds"])] == single_seeds
     assert all(len(a) == len(b) == cfg.train.groups // 2 for a, b in zip(ranks[0]["seeds"], ranks[1]["seeds"]))

@@ -33,7 +33,12 @@ BASE = {
 }
 MACHINE = ("time/", "throughput/", "memory/")
 #: New metric name for each name the golden file was recorded with (issue 11 renamed some).
-RENAMED: dict[str, str | None] = {}
+RENAMED: dict[str, str | None] = {
+    "success": "rollout/success",
+    "format_valid": "rollout/format_valid",
+    "skipped_steps": "policy/skipped_steps",
+    "warmup": None,  # the config's train.warmup, not a measurement: the cfg.train.warmup column
+}
 
 
 #: Runs with rewards that vary: the tiny model never answers in format by itself, so these learn the

@@ -1,4 +1,4 @@
-"""The run store: atomic appends, torn tails, corrupt files, resume, grids, SIGKILL."""
+"""The run store: atomic appends, torn tails, corrupt files, resume, SIGKILL."""
 
 import json
 import math
@@ -12,23 +12,32 @@ import numpy as np
 import pytest
 import torch
 
-from ragen_lib import runs
+from ragen_lib import config, runs
 from ragen_lib.runs import CorruptRunError, Run
 
-CFG = {"algo": {"name": "starpo-ppo", "clip_high": 0.2}, "env": {"name": "bandit"}, "train": {"seed": 0}}
+CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"seed": 0}})
 
 
-def test_hash_stable_and_sensitive():
-    a = {"x": 1, "y": {"b": 2, "a": 1}}
-    assert runs.config_hash(a) == runs.config_hash({"y": {"a": 1, "b": 2}, "x": 1})
-    assert runs.config_hash(a) != runs.config_hash({**a, "x": 2})
-    assert runs.run_dir("out", "f", CFG).name.startswith("starpo-ppo_bandit_s0-")
+def seed(s: int) -> config.Config:
+    return config.from_dict(CFG.to_dict(), {"train.seed": s})
+
+
+def test_run_dir_is_slug_and_config_hash():
+    assert runs.run_dir("out", "f", CFG).name == f"starpo-ppo_bandit_s0-{CFG.hash()}"
+    assert config.dict_hash(CFG.to_dict()) == CFG.hash() != seed(1).hash()
+    # a preset used with another estimator says so in its folder name
+    other = config.from_dict({}, {"algo.name": "starpo-s", "algo.advantage": "grpo", "algo.critic": False})
+    assert runs.run_dir("out", "f", other).name.startswith("starpo-s+grpo_bandit_s0-")
+    slashed = config.from_dict({}, {"env.name": "bandit", "model.name": "Qwen/Qwen2.5-0.5B"})
+    assert "/" not in runs.run_dir("out", "f", slashed).name
 
 
 def test_config_conflict(tmp_path):
     Run(tmp_path / "r", CFG)
     with pytest.raises(ValueError, match="another run"):
-        Run(tmp_path / "r", {**CFG, "train": {"seed": 1}})
+        Run(tmp_path / "r", seed(1))
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        Run(tmp_path / "elsewhere")
 
 
 def test_log_round_trip_and_no_duplicates(tmp_path):
@@ -45,13 +54,11 @@ def test_log_round_trip_and_no_duplicates(tmp_path):
         Run(tmp_path / "r", CFG).log(0, {"a": 2.0})  # a fresh handle knows the file's last step
 
 
-def test_config_yaml_round_trip_with_tuples_and_readable_slug(tmp_path):
-    cfg = {**CFG, "model": {"name": "Qwen/Qwen2.5-0.5B", "betas": (0.9, 0.999)}}
+def test_config_yaml_round_trip_with_tuples(tmp_path):
+    cfg = config.from_dict({}, {"train.betas": [0.9, 0.99], "env.eval_envs": ["bandit-rev"]})
     run = Run(tmp_path / "r", cfg)
     assert Run(tmp_path / "r", cfg).path == run.path  # the saved YAML (lists) hashes as the tuples did
-    assert runs.config_hash(cfg) == runs.config_hash(dict(reversed(list(cfg.items()))))
-    assert runs.run_dir(tmp_path, "f", {"algo": {"name": "a/b"}}).name.startswith("a-b-")
-    assert runs.run_dir(tmp_path, "f", {"x": 1}).name == f"run-{runs.config_hash({'x': 1})}"
+    assert config.load(run.path / "config.yaml") == cfg
 
 
 def test_torn_tail_dropped_and_repaired(tmp_path):
@@ -99,41 +106,11 @@ def test_resume_drops_steps_after_the_checkpoint(tmp_path):
     run.log(3, {"a": 3})  # continuing is allowed again
 
 
-def test_expand_grid_product_list_and_errors():
-    grid = runs.expand_grid(CFG, {"algo.name": ["a", "b"], "train.seed": [0, 1]})
-    assert [(c["algo"]["name"], c["train"]["seed"]) for c in grid] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
-    assert CFG["algo"]["name"] == "starpo-ppo"  # base untouched
-    listed = runs.expand_grid(CFG, [{"algo.name": "apo"}, {"algo.clip_high": 0.28}])
-    assert listed[0]["algo"]["name"] == "apo" and listed[1]["algo"]["clip_high"] == 0.28
-    with pytest.raises(KeyError, match="valid keys there: clip_high, name"):
-        runs.expand_grid(CFG, {"algo.clip_hihg": [1]})
-
-
-def test_load_dataframe_and_run_grid_reuse(tmp_path):
-    calls = []
-
-    def fake_train(cfg, run):
-        calls.append(cfg["train"]["seed"])
-        for s in range(3):
-            run.log(s, {"success": s / 10 + cfg["train"]["seed"]})
-        run.mark_done()
-
-    cfgs = runs.expand_grid(CFG, {"train.seed": [0, 1]})
-    runs.run_grid(tmp_path, "f", cfgs, fake_train, progress=False)
-    runs.run_grid(tmp_path, "f", cfgs, fake_train, progress=False)
-    assert calls == [0, 1]  # the second call reused both
-    df = runs.load(tmp_path, "f")
-    assert len(df) == 6 and set(df["cfg.train.seed"]) == {0, 1} and df["done"].all()
-    assert {"run_id", "finding", "step", "success", "cfg.algo.clip_high"} <= set(df.columns)
-    empty = runs.load(tmp_path, "nothing")
-    assert empty.empty and {"run_id", "finding", "done", "step"} <= set(empty.columns)
-
-
 def test_load_skips_running_when_asked_and_leaves_live_files_alone(tmp_path):
     done = Run(runs.run_dir(tmp_path, "f", CFG), CFG)
     done.log(0, {"a": 1})
     done.mark_done({"final": 1})
-    cfg2 = runs.set_dotted(CFG, "train.seed", 5)
+    cfg2 = seed(5)
     live = Run(runs.run_dir(tmp_path, "f", cfg2), cfg2)
     live.log(0, {"a": 2})
     with open(live.path / "metrics.jsonl", "ab") as f:
@@ -145,45 +122,16 @@ def test_load_skips_running_when_asked_and_leaves_live_files_alone(tmp_path):
     assert list(runs.load(tmp_path, include_running=False)["cfg.train.seed"]) == [0]
 
 
-def test_run_grid_reraises_and_names_the_failed_run(tmp_path, capsys):
-    def boom(cfg, run):
-        run.log(0, {"a": 1})
-        raise RuntimeError("diverged")
-
-    with pytest.raises(RuntimeError, match="diverged"):
-        runs.run_grid(tmp_path, "f", [CFG], boom, progress=False)
-    assert runs.run_dir(tmp_path, "f", CFG).name in capsys.readouterr().out
-    assert not Run(runs.run_dir(tmp_path, "f", CFG), CFG).done
-
-
-def pooled_train(cfg, run):
-    """Module level so that spawned pool workers can unpickle it."""
-    if cfg["train"]["seed"] == 99:
-        raise RuntimeError("diverged")
-    run.log(0, {"slot": os.environ["RAGEN_TEST_SLOT"], "pid": os.getpid()})
-    run.mark_done()
-
-
-def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_path):
-    cfgs = runs.expand_grid(CFG, {"train.seed": [0, 1, 2, 99]})
-    slots = [{"RAGEN_TEST_SLOT": "a"}, {"RAGEN_TEST_SLOT": "b"}]
-    with pytest.raises(RuntimeError, match="1 of 4 runs failed"):
-        runs.run_grid(tmp_path, "f", cfgs, pooled_train, progress=False, slots=slots)
-    df = runs.load(tmp_path, "f")
-    assert sorted(df["cfg.train.seed"]) == [0, 1, 2]  # the three good runs finished despite the failure
-    assert set(df["slot"]) <= {"a", "b"} and os.getpid() not in set(df["pid"])
-    assert not Run(runs.run_dir(tmp_path, "f", cfgs[3]), cfgs[3]).done
-
-
 # The writer under test. It runs in a forked child of one helper process (spawned with
 # sys.executable), so torch is imported once rather than once per kill: that keeps the test fast.
 SCRIPT = """
 import os, sys, time, traceback
 import torch  # noqa: F401  (imported once, before the forks)
+from ragen_lib.config import Config
 from ragen_lib.runs import Run
 
 def attempt(path):
-    run = Run(path, {"k": 1})
+    run = Run(path, Config())
     step, state = run.resume()
     assert state is None or state["s"] == step
     start = 0 if step is None else step + 1
@@ -237,7 +185,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path):
         for _ in range(5):
             status = attempt(float(rng.uniform(0.0, 0.12)))
             assert status in (signal.SIGKILL, 0)  # killed, or finished just before the kill
-            reached.append(Run(path, {"k": 1}).metrics()[-1]["step"] if (path / "metrics.jsonl").exists()
+            reached.append(Run(path).metrics()[-1]["step"] if (path / "metrics.jsonl").exists()
                            else -1)
         assert not (path / runs.DONE).exists() and any(0 <= r < 19 for r in reached), reached  # mid-run kills
         assert attempt(None) == 0  # the last attempt runs to the end
@@ -251,7 +199,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path):
     samples = [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
     assert [(r["step"], r["t"]) for r in samples] == [(s, s * 3 + k) for s in range(20) for k in (0, 1)]
     assert [p.name for p in (path / "ckpt").iterdir()] == ["step_000019.pt"]
-    assert Run(path, {"k": 1}).done
+    assert Run(path).done
 
 
 def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys):
@@ -259,12 +207,12 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
 
     run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
     for s, succ in enumerate([0.2, 0.3, 0.4, 0.6, 0.7, 0.9]):
-        run.log(s, {"success": succ, "format_valid": 1.0, "warmup": "format"})
+        run.log(s, {"rollout/success": succ, "rollout/format_valid": 1.0})
     run.mark_done({"commit": "abc1234", "device": "cpu"})
-    assert main(["plot", str(tmp_path), "--metrics", "success"]) == 0
+    assert main(["plot", str(tmp_path), "--metrics", "rollout/success"]) == 0
     out = capsys.readouterr().out
     assert "trained at commit abc1234 on cpu" in out
-    assert "success: step 0 0.200 → step 5 0.900; mean of first/last third 0.250 / 0.800" in out
+    assert "rollout/success: step 0 0.200 → step 5 0.900; mean of first/last third 0.250 / 0.800" in out
     assert (tmp_path / "adhoc.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="no runs"):
         main(["plot", str(tmp_path), "--finding", "other"])

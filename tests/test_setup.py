@@ -48,6 +48,7 @@ def test_training_path_imports_no_notebook_or_plotting_library():
     import sys
 
     code = ("import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.analysis, "
+            "ragen_lib.warmup, ragen_lib.seeds, ragen_lib.distributed, ragen_lib.metrics, "
             "ragen_lib.__main__; bad = [m for m in ('matplotlib', 'seaborn', 'IPython', 'papermill', "
             "'jupytext', 'nbformat') if m in sys.modules]; print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -9,6 +9,7 @@ from ragen_lib.algorithms.advantages import (
     zscore,
 )
 from ragen_lib.algorithms.apo import apo_loss, apo_v_star, sequence_logprob
+from ragen_lib.algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
 from ragen_lib.algorithms.filtering import FILTER_MODES, expand_group_mask, select_groups
 from ragen_lib.algorithms.losses import (
     KL_ESTIMATORS,
@@ -16,10 +17,12 @@ from ragen_lib.algorithms.losses import (
     clipped_policy_loss,
     clipped_value_loss,
     entropy_from_logits,
+    gather_logprobs,
     kl_penalty,
     token_logprobs,
 )
+from ragen_lib.algorithms.objectives import POLICY_OBJECTIVES
 
-__all__ = ["FILTER_MODES", "KL_ESTIMATORS", "POLICY_AGGS", "apo_loss", "apo_v_star", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits",
+__all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_OBJECTIVES", "AdvantageInputs", "FILTER_MODES", "KL_ESTIMATORS", "POLICY_AGGS", "apo_loss", "apo_v_star", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits", "gather_logprobs",
            "expand_group_mask", "gae", "grpo_advantages", "kl_penalty", "masked_mean", "masked_whiten",
            "mix_reasoning_advantage", "select_groups", "sequence_logprob", "token_logprobs", "zscore"]

@@ -7,15 +7,22 @@ import torch
 from ragen_lib.algorithms.advantages import masked_mean
 
 
+def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] per position: the one log-probability computation of the library.
+
+    Memory-lean: gather − logsumexp, never materialising a log_softmax over the vocabulary.
+    logits (…, V), targets (…) long → (…).
+    """
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+
+
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     """log π(input_ids[:, t] | input_ids[:, :t]) aligned with input_ids and the loss mask.
 
-    Position t is scored by the logits at t−1; position 0 (no prefix) gets 0. Memory-lean:
-    gather − logsumexp, never materialising a (B, T, V) log_softmax. logits (B, T, V),
-    input_ids (B, T) → (B, T).
+    Position t is scored by the logits at t−1; position 0 (no prefix) gets 0.
+    logits (B, T, V), input_ids (B, T) → (B, T).
     """
-    shifted = logits[:, :-1]  # (B, T-1, V) view
-    lp = shifted.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - shifted.logsumexp(-1)  # (B, T-1)
+    lp = gather_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)  # (B, T)
 
 

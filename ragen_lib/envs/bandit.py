@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ragen_lib.envs.base import TextEnv
 
 #: The registered variants: name -> keyword fields of `BanditEnv`.
@@ -88,8 +86,7 @@ class BanditEnv(TextEnv):
 
     # --- Gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
-        if seed is not None:
-            self.np_random = np.random.default_rng(seed)
+        super().reset(seed=seed)
         arms = (self.low_risk_name, self.high_risk_name)
         # A fixed order would let the policy learn "pick the second arm" instead of reading names.
         if self.shuffle and self.np_random.random() < 0.5:

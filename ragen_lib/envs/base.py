@@ -13,8 +13,12 @@ import numpy as np
 class TextEnv:
     """Base class of the text environments.
 
-    Subclasses set the class attributes and implement `reset`, `step`, `render`,
-    `parse_action` and `expert_action`.
+    Subclasses set the class attributes and implement `reset` (calling `super().reset(seed=seed)`
+    first, which reseeds `np_random`), `step`, `render` and `expert_action`; envs with free-form
+    actions also set `action_help` and override `parse_action` and `random_action`. Everything the
+    rest of the library asks of an env is declared here: the Gymnasium API, the text interface
+    (`instructions`, `actions` / `action_help`, `parse_action`), the budgets, the fixed evaluation
+    states (`eval_seeds`), and the two scripted policies (`random_action`, `expert_action`).
     """
 
     #: Registry name, e.g. "sokoban".
@@ -28,16 +32,19 @@ class TextEnv:
     max_actions_per_episode: int = 10
     #: Turns (model responses) per episode; RAGEN uses 5 for the multi-turn envs, 1 for Bandit.
     max_turns: int = 5
+    #: Free-form actions only: their syntax as shown in the prompt (fixed action sets list `actions`).
+    action_help: str = ""
 
     def __init__(self) -> None:
         self.np_random = np.random.default_rng()
 
     # --- Gymnasium API -------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
-        # Every env reseeds its own generator; no module-level randomness anywhere.
+        """Subclasses call this first, then draw the initial state from `np_random`; they return
+        (observation, info). Every env reseeds its own generator: no module-level randomness."""
         if seed is not None:
             self.np_random = np.random.default_rng(seed)
-        raise NotImplementedError
+        return "", {"success": False}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         """Apply one canonical action. Returns (observation, reward, terminated, truncated, info).
@@ -68,6 +75,12 @@ class TextEnv:
         if not self.actions:
             raise NotImplementedError(f"{self.name}: free-form actions; override random_action")
         return str(rng.choice(self.actions))
+
+    @classmethod
+    def eval_seeds(cls, n: int) -> list[int]:
+        """The `n` fixed initial states validation plays. Default: 2**31 + i, above every seed a
+        training step draws (`seeds.draw_states`), so validation states are never trained on."""
+        return [2**31 + i for i in range(n)]
 
     def expert_action(self) -> str:
         """The scripted expert's next action from the current state (used by tests and BC)."""

@@ -85,8 +85,7 @@ class FrozenLakeEnv(TextEnv):
 
     # --- Gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
-        if seed is not None:
-            self.np_random = np.random.default_rng(seed)
+        super().reset(seed=seed)
         n = self.size
         for _ in range(MAX_GEN_TRIES):
             # Redraw with the same generator, so the map is still a function of the seed alone.

@@ -105,8 +105,7 @@ class SokobanEnv(TextEnv):
 
     # --- Gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
-        if seed is not None:
-            self.np_random = np.random.default_rng(seed)
+        super().reset(seed=seed)
         for _ in range(MAX_GEN_TRIES):
             if self._generate():
                 break

@@ -105,9 +105,13 @@ class WebShopEnv(TextEnv):
         self.clicked: set[str] = set()
 
     # --- Gymnasium API -----------------------------------------------------------------------
+    @classmethod
+    def eval_seeds(cls, n: int) -> list[int]:
+        """The report's fixed evaluation instructions (drawn with seed 42)."""
+        return eval_seeds(n)
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        if seed is not None:
-            self.np_random = np.random.default_rng(seed)
+        super().reset(seed=seed)
         # Draw the target first and set the cap at or above its price: every instruction is
         # satisfiable, and exactly one product (the unique colour/size/category) satisfies it.
         target = self.products[int(self.np_random.integers(len(self.products)))]

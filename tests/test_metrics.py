@@ -1,0 +1,72 @@
+"""Metric names and diagnostics, checked against values worked out by hand."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen_lib import metrics as M
+from ragen_lib.rollout import consistency_bonus
+
+
+def test_every_name_follows_the_naming_rule_and_the_docs_carry_the_table():
+    rule = re.compile(r"^(rollout|reward|policy|critic|loss|response|reasoning|val|warmup|time|throughput|memory)"
+                      r"/[a-z0-9_]+$")
+    assert all(rule.match(k) for k in M.METRICS), [k for k in M.METRICS if not rule.match(k)]
+    assert set(M.UPDATE_KEYS) <= set(M.STEP_KEYS)
+    docs = (Path(__file__).parent.parent / "docs" / "ARCHITECTURE.md").read_text()
+    assert M.markdown_table() in docs, "docs/ARCHITECTURE.md's metric table is stale: paste metrics.markdown_table()"
+
+
+def test_labels_for_metrics_and_extra_validation_envs():
+    assert M.label("rollout/success") == "success (train)"
+    assert M.label("val/success/bandit-rev") == "success (val) on bandit-rev"
+    assert M.label("cfg.algo.name") == "cfg.algo.name"
+
+
+def test_explained_variance_by_hand():
+    R = torch.tensor([[1.0, 2.0, 3.0, 4.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])  # the last column is off the mask: ignored
+    assert M.explained_variance(R, R, mask) == pytest.approx(1.0)
+    assert M.explained_variance(torch.zeros_like(R), R, mask) == pytest.approx(0.0)
+    # R − V = [0, 0, 0, −1]: Var = 0.25 − 0.0625 = 0.1875; Var R = 1.25 → 1 − 0.15
+    V = torch.tensor([[1.0, 2.0, 3.0, 5.0, -7.0]])
+    assert M.explained_variance(V, R, mask) == pytest.approx(0.85)
+    assert math.isnan(M.explained_variance(V, torch.ones_like(R), mask))  # constant returns: undefined
+
+
+def test_distinct_n_by_hand():
+    # bigrams (a,b), (b,a), (a,b): 2 distinct of 3
+    assert M.distinct_n(["a b a b"], 2) == pytest.approx(2 / 3)
+    assert M.distinct_n(["Left, then UP", "left then up"], 2) == pytest.approx(2 / 4)
+    assert M.distinct_n(["one"], 2) == 0.0
+
+
+def test_reasoning_mi_by_hand():
+    # Each state's texts use their own word. For "left left" in state 0 (V = 3 with smoothing):
+    # p_state = (4 − 2 + 1)/(2 + 3) = 0.6, p_all = (4 − 2 + 1)/(6 + 3) = 1/3: ln(1.8) per word.
+    texts, states = ["left left", "left left", "right right", "right right"], [0, 0, 1, 1]
+    assert M.reasoning_mi(texts, states) == pytest.approx(math.log(1.8))
+    template = M.reasoning_mi(["go go"] * 4, states)
+    assert template < M.reasoning_mi(texts, states) and template <= 0  # no information about the state
+    assert M.reasoning_mi(["a b", "c d"], [0, 1]) == 0.0  # one text per state: nothing to compare
+
+
+def test_consistency_bonus_by_hand():
+    assert consistency_bonus("I go Left then Up", ["Left", "Up"]) == pytest.approx(0.2)
+    assert consistency_bonus("I go Left", ["Left", "Down"]) == pytest.approx(0.1)
+    assert consistency_bonus("", ["Left"]) == 0.0 and consistency_bonus("Left", []) == 0.0
+    assert consistency_bonus("search for a red shoe", ["search:red shoe"]) == pytest.approx(0.2)
+
+
+def test_step_metrics_refuses_to_leave_a_name_out():
+    episodes = {"rewards": torch.tensor([1.0, 0.0]), "success": torch.tensor([True, False]),
+                "truncated": torch.tensor([False, True]), "num_turns": torch.tensor([1, 2]),
+                "gen_tokens": torch.tensor([4.0, 6.0]), "seeds": [0, 0], "thinks": [["a b"], ["c", "d"]],
+                "turn_format_valid": [[True], [False, True]]}
+    with pytest.raises(KeyError, match="policy/entropy"):
+        M.step_metrics(episodes, tokenizer=lambda t: {"input_ids": t.split()}, group_std=torch.tensor([0.5]),
+                       keep=torch.tensor([0]), kept_reasoning=torch.zeros(2),
+                       update={k: [] for k in M.UPDATE_KEYS})
