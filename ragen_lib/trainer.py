@@ -320,7 +320,7 @@ def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int) -> dict
         per_call = max(1, 128 // n)
         for k, i in enumerate(range(0, len(states), per_call)):
             part = states[i:i + per_call]
-            seed = hash((cfg.train.seed, step, salt, k)) % 2**31  # replaced by seeds.V_STAR_SAMPLING next
+            seed = seeds.torch_seed(cfg.train.seed, step, seeds.V_STAR_SAMPLING) + 1000 * salt + k
             b = collect(model, tok, cfg.env.name, part, n, rcfg, env_kwargs=dict(cfg.env.kwargs), sample_seed=seed)
             for j, s in enumerate(part):
                 rewards[s] += b.rewards[j * n:(j + 1) * n].tolist()
