@@ -37,6 +37,7 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ragen_lib tests notebooks
+	$(BIN)/ruff format --check ragen_lib tests notebooks
 
 test: lint
 	$(BIN)/python -m pytest

@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -58,7 +63,8 @@ print(tok.apply_chat_template(episode.messages, tokenize=False, add_generation_p
 # ## One multi-turn rollout of the model
 
 # %%
-batch = collect(model, tok, "sokoban", seeds=[seed], group_size=1, cfg=RolloutConfig(max_new_tokens=100),
-                sample_seed=seed)
+batch = collect(
+    model, tok, "sokoban", seeds=[seed], group_size=1, cfg=RolloutConfig(max_new_tokens=100), sample_seed=seed
+)
 print(batch.transcript(0))
 print(f"format-valid rate {batch.format_valid_rate:.2f}")

@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -31,6 +36,7 @@ overrides = {}
 # %%
 from ragen_lib import analysis, experiments, plots
 
+
 def judge(df):
     metric = "val/success" if df["val/success"].notna().any() else "rollout/success"
     measured, learned = {}, True
@@ -43,25 +49,48 @@ def judge(df):
             step = analysis.collapse_step(s)
             measured[f"{env}/{algo} collapse step"] = step if step is not None else int(s.index.max()) + 1
             measured[f"{env}/{algo} peak {metric}"] = peak
-    paper = {"bandit/starpo-grpo collapse step": 20, "bandit/starpo-ppo collapse step": 100,
-             "sokoban/starpo-grpo collapse step": 10, "sokoban/starpo-ppo collapse step": 50}
-    ok = (measured["bandit/starpo-ppo collapse step"] > measured["bandit/starpo-grpo collapse step"]
-          and measured["sokoban/starpo-ppo collapse step"] > measured["sokoban/starpo-grpo collapse step"]
-          and measured["frozenlake/starpo-grpo collapse step"] >= measured["frozenlake/starpo-ppo collapse step"])
-    status = (analysis.INCONCLUSIVE if not learned else analysis.REPRODUCED if ok else analysis.NOT_REPRODUCED)
-    reason = ("some run never reached 0.05 success: no collapse can be judged" if not learned else
-              "collapse order as in the paper" if ok else "collapse order differs from the paper")
-    return analysis.Verdict(df.attrs["finding"], "PPO outlasts GRPO on Bandit/Sokoban; GRPO steadier on FrozenLake",
-                            status, measured, paper, reason)
+    paper = {
+        "bandit/starpo-grpo collapse step": 20,
+        "bandit/starpo-ppo collapse step": 100,
+        "sokoban/starpo-grpo collapse step": 10,
+        "sokoban/starpo-ppo collapse step": 50,
+    }
+    ok = (
+        measured["bandit/starpo-ppo collapse step"] > measured["bandit/starpo-grpo collapse step"]
+        and measured["sokoban/starpo-ppo collapse step"] > measured["sokoban/starpo-grpo collapse step"]
+        and measured["frozenlake/starpo-grpo collapse step"]
+        >= measured["frozenlake/starpo-ppo collapse step"]
+    )
+    status = analysis.INCONCLUSIVE if not learned else analysis.REPRODUCED if ok else analysis.NOT_REPRODUCED
+    reason = (
+        "some run never reached 0.05 success: no collapse can be judged"
+        if not learned
+        else "collapse order as in the paper"
+        if ok
+        else "collapse order differs from the paper"
+    )
+    return analysis.Verdict(
+        df.attrs["finding"],
+        "PPO outlasts GRPO on Bandit/Sokoban; GRPO steadier on FrozenLake",
+        status,
+        measured,
+        paper,
+        reason,
+    )
+
 
 # %%
-df = experiments.run_finding("01_instability", profile, seeds=seeds,
-                             overrides=overrides)
+df = experiments.run_finding("01_instability", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 
 # %%
-fig = plots.curves(df, ["rollout/success", "val/success", "reward/std", "policy/grad_norm"], hue="cfg.algo.name",
-                   col="cfg.env.name", title="Fig. 5: StarPO-PPO vs StarPO-GRPO")
+fig = plots.curves(
+    df,
+    ["rollout/success", "val/success", "reward/std", "policy/grad_norm"],
+    hue="cfg.algo.name",
+    col="cfg.env.name",
+    title="Fig. 5: StarPO-PPO vs StarPO-GRPO",
+)
 figures = [plots.save(fig, profile, f"{finding}_curves")]
 
 # %%

@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -57,21 +62,32 @@ def judge(df):
         if step is not None:
             collapsed += 1
             warned &= (lead_std or 0) > 0 and (lead_ent or 0) > 0 and late < early
-    paper = {"bandit/starpo-ppo collapse step": "≈150 (template reasoning)",
-             "bandit/starpo-ppo reward-std lead": "> 0", "bandit/starpo-ppo entropy lead": "> 0"}
+    paper = {
+        "bandit/starpo-ppo collapse step": "≈150 (template reasoning)",
+        "bandit/starpo-ppo reward-std lead": "> 0",
+        "bandit/starpo-ppo entropy lead": "> 0",
+    }
     if not collapsed:
         status, reason = analysis.INCONCLUSIVE, "no run collapsed: there was nothing to warn about"
     elif warned:
         status, reason = analysis.REPRODUCED, f"in all {collapsed} collapsed runs std and entropy fell first"
     else:
-        status, reason = analysis.NOT_REPRODUCED, "a collapsed run had no leading std/entropy drop or kept its diversity"
-    return analysis.Verdict(df.attrs["finding"], "reward std and entropy drop before success collapses",
-                            status, measured, paper, reason)
+        status, reason = (
+            analysis.NOT_REPRODUCED,
+            "a collapsed run had no leading std/entropy drop or kept its diversity",
+        )
+    return analysis.Verdict(
+        df.attrs["finding"],
+        "reward std and entropy drop before success collapses",
+        status,
+        measured,
+        paper,
+        reason,
+    )
 
 
 # %%
-df = experiments.run_finding("02_echo_trap", profile, seeds=seeds,
-                             overrides=overrides)
+df = experiments.run_finding("02_echo_trap", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["run"] = df["cfg.env.name"] + "/" + df["cfg.algo.name"]
 
@@ -85,9 +101,19 @@ table = analysis.early_late_reasoning(samples)
 display(table)
 
 # %%
-fig = plots.curves(df, [analysis.success_metric(df), "reward/group_std", "policy/entropy",
-                        "policy/grad_norm", "reasoning/distinct2", "reasoning/mi"],
-                   hue="run", title="Fig. 6: early warnings of the Echo Trap")
+fig = plots.curves(
+    df,
+    [
+        analysis.success_metric(df),
+        "reward/group_std",
+        "policy/entropy",
+        "policy/grad_norm",
+        "reasoning/distinct2",
+        "reasoning/mi",
+    ],
+    hue="run",
+    title="Fig. 6: early warnings of the Echo Trap",
+)
 figures = [plots.save(fig, profile, f"{finding}_indicators")]
 
 # %%

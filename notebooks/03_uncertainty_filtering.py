@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -37,7 +42,8 @@ from ragen_lib import analysis, experiments, plots
 def label(row):
     keep = f"{row['cfg.algo.filter_keep']:.0%}"
     return {"top": f"top {keep}", "bottom": f"lowest-std {keep}", "random": f"random {keep}"}[
-        row["cfg.algo.filter_mode"]]
+        row["cfg.algo.filter_mode"]
+    ]
 
 
 def judge(df):
@@ -46,32 +52,49 @@ def judge(df):
     peak = max(analysis.peak_final(analysis.series(df, metric, variant=v))[0] for v in score)
     measured = {f"{v} late {metric}": s for v, s in sorted(score.items())}
     best_top = max(score["top 25%"], score["top 50%"])
-    ok = (best_top >= score["top 100%"] + 0.02 and score["top 25%"] >= score["lowest-std 25%"]
-          and score["top 25%"] >= score["random 25%"])
+    ok = (
+        best_top >= score["top 100%"] + 0.02
+        and score["top 25%"] >= score["lowest-std 25%"]
+        and score["top 25%"] >= score["random 25%"]
+    )
     paper = {f"top 25% late {metric}": "> top 100%", f"top 50% late {metric}": "> top 100%"}
     if not peak >= 0.05:
         status, reason = analysis.INCONCLUSIVE, "no variant reached 0.05 success"
     elif ok:
         status, reason = analysis.REPRODUCED, "filtering to 25–50% beats keeping all, and beats both controls"
     else:
-        status, reason = analysis.NOT_REPRODUCED, "top-std filtering did not beat keep-all by 0.02 and both controls"
-    return analysis.Verdict(df.attrs["finding"], "keeping the top 25–50% of groups by reward std beats keeping all",
-                            status, measured, paper, reason)
+        status, reason = (
+            analysis.NOT_REPRODUCED,
+            "top-std filtering did not beat keep-all by 0.02 and both controls",
+        )
+    return analysis.Verdict(
+        df.attrs["finding"],
+        "keeping the top 25–50% of groups by reward std beats keeping all",
+        status,
+        measured,
+        paper,
+        reason,
+    )
 
 
 # %%
-df = experiments.run_finding("03_uncertainty_filtering", profile,
-                             seeds=seeds, overrides=overrides)
+df = experiments.run_finding("03_uncertainty_filtering", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(label, axis=1)
 
 # %%
 metric = analysis.success_metric(df)
-fig = plots.curves(df, [metric, "reward/group_std_kept", "policy/entropy"], hue="variant",
-                   title="Fig. 7: uncertainty filtering (FrozenLake, StarPO-PPO)")
+fig = plots.curves(
+    df,
+    [metric, "reward/group_std_kept", "policy/entropy"],
+    hue="variant",
+    title="Fig. 7: uncertainty filtering (FrozenLake, StarPO-PPO)",
+)
 finals = analysis.late_table(df, metric, "variant")
 display(finals)
-bar = plots.bars(finals.assign(profile=profile), "variant", "late " + metric, title="Late success by kept groups")
+bar = plots.bars(
+    finals.assign(profile=profile), "variant", "late " + metric, title="Late success by kept groups"
+)
 figures = [plots.save(fig, profile, f"{finding}_curves"), plots.save(bar, profile, f"{finding}_final")]
 
 # %%

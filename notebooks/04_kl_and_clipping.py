@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -47,16 +52,35 @@ def judge(df):
     measured = {f"sokoban peak {metric} kl={k} clip_high={c}": v for (k, c), v in peak.items()}
     beats = True
     for env in ("bandit", "sokoban", "frozenlake"):
-        s_late = analysis.late_mean(analysis.series(df, metric, **{"cfg.env.name": env, "cfg.algo.name": "starpo-s"}))
-        p_late = analysis.late_mean(analysis.series(
-            df, metric, **{"cfg.env.name": env, "cfg.algo.name": "starpo-ppo", "cfg.algo.kl_coef": 0.001,
-                           "cfg.algo.clip_high": 0.2}))
+        s_late = analysis.late_mean(
+            analysis.series(df, metric, **{"cfg.env.name": env, "cfg.algo.name": "starpo-s"})
+        )
+        p_late = analysis.late_mean(
+            analysis.series(
+                df,
+                metric,
+                **{
+                    "cfg.env.name": env,
+                    "cfg.algo.name": "starpo-ppo",
+                    "cfg.algo.kl_coef": 0.001,
+                    "cfg.algo.clip_high": 0.2,
+                },
+            )
+        )
         measured[f"{env} late {metric} StarPO-S vs StarPO"] = f"{s_late:.3g} vs {p_late:.3g}"
         beats &= s_late > p_late
-    measured.update({"(a) no KL raises peak": no_kl, "(b) clip-higher raises peak": higher,
-                     "(c) StarPO-S beats StarPO everywhere": beats})
-    paper = {"(a) no KL raises peak": True, "(b) clip-higher raises peak": True,
-             "(c) StarPO-S beats StarPO everywhere": True}
+    measured.update(
+        {
+            "(a) no KL raises peak": no_kl,
+            "(b) clip-higher raises peak": higher,
+            "(c) StarPO-S beats StarPO everywhere": beats,
+        }
+    )
+    paper = {
+        "(a) no KL raises peak": True,
+        "(b) clip-higher raises peak": True,
+        "(c) StarPO-S beats StarPO everywhere": True,
+    }
     if not max(peak.values()) >= 0.05:
         status, reason = analysis.INCONCLUSIVE, "no Sokoban ablation run reached 0.05 success"
     elif no_kl and higher and beats:
@@ -64,27 +88,49 @@ def judge(df):
     else:
         failed = [k for k, ok in (("(a)", no_kl), ("(b)", higher), ("(c)", beats)) if not ok]
         status, reason = analysis.NOT_REPRODUCED, f"{', '.join(failed)} did not hold"
-    return analysis.Verdict(df.attrs["finding"], "no KL and clip-higher help; StarPO-S beats StarPO",
-                            status, measured, paper, reason)
+    return analysis.Verdict(
+        df.attrs["finding"],
+        "no KL and clip-higher help; StarPO-S beats StarPO",
+        status,
+        measured,
+        paper,
+        reason,
+    )
 
 
 # %%
-df = experiments.run_finding("04_kl_and_clipping", profile, seeds=seeds,
-                             overrides=overrides)
+df = experiments.run_finding("04_kl_and_clipping", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(lambda r: "StarPO-S" if r["cfg.algo.name"] == "starpo-s" else
-                         f"PPO kl={r['cfg.algo.kl_coef']:g} ε_high={r['cfg.algo.clip_high']:g}", axis=1)
+df["variant"] = df.apply(
+    lambda r: (
+        "StarPO-S"
+        if r["cfg.algo.name"] == "starpo-s"
+        else f"PPO kl={r['cfg.algo.kl_coef']:g} ε_high={r['cfg.algo.clip_high']:g}"
+    ),
+    axis=1,
+)
 
 # %%
 metric = analysis.success_metric(df)
 ablation = df[df["cfg.env.name"] == "sokoban"]
-fig8 = plots.curves(ablation, [metric, "policy/kl_ref", "policy/clip_frac_high", "policy/entropy"],
-                    hue="variant", title="Fig. 8: KL and clipping ablation (Sokoban)")
-main = df[(df["cfg.algo.name"] == "starpo-s") | ((df["cfg.algo.kl_coef"] == 0.001) & (df["cfg.algo.clip_high"] == 0.2))]
-fig9 = plots.curves(main, [metric, "reward/group_std"], hue="variant", col="cfg.env.name",
-                    title="Fig. 9: StarPO-S vs StarPO")
+fig8 = plots.curves(
+    ablation,
+    [metric, "policy/kl_ref", "policy/clip_frac_high", "policy/entropy"],
+    hue="variant",
+    title="Fig. 8: KL and clipping ablation (Sokoban)",
+)
+main = df[
+    (df["cfg.algo.name"] == "starpo-s")
+    | ((df["cfg.algo.kl_coef"] == 0.001) & (df["cfg.algo.clip_high"] == 0.2))
+]
+fig9 = plots.curves(
+    main, [metric, "reward/group_std"], hue="variant", col="cfg.env.name", title="Fig. 9: StarPO-S vs StarPO"
+)
 display(analysis.late_table(main, metric, ["cfg.env.name", "variant"]))
-figures = [plots.save(fig8, profile, f"{finding}_kl_clip_ablation"), plots.save(fig9, profile, f"{finding}_starpo_s_vs_starpo")]
+figures = [
+    plots.save(fig8, profile, f"{finding}_kl_clip_ablation"),
+    plots.save(fig9, profile, f"{finding}_starpo_s_vs_starpo"),
+]
 
 # %%
 verdict = judge(df)

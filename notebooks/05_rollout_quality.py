@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -25,7 +30,8 @@ overrides = {}  # dotted config overrides applied to every run
 # %% [markdown]
 # ## Criterion, fixed before any result
 # Score: mean success over the last third of steps. (Table 2) the most initial states with the
-# fewest samples each (P=32×N=4) scores at least as high as the fewest states (P=4×N=32). (Table 3) 5 actions per turn scores higher than 7 and at least as high as 1.
+# fewest samples each (P=32×N=4) scores at least as high as the fewest states (P=4×N=32).
+# (Table 3) 5 actions per turn scores higher than 7 and at least as high as 1.
 # (Fig. 10) reuse 1 scores at least as high as reuse 5 and reuse 10. REPRODUCED when all three
 # hold; NOT REPRODUCED otherwise; INCONCLUSIVE when no run's peak success reaches 0.05.
 
@@ -40,25 +46,47 @@ def judge(df):
     late = analysis.late_table(df, metric, "variant").set_index("variant")[f"late {metric}"].to_dict()
     peak = max(analysis.peak_final(analysis.series(df, metric, variant=v))[0] for v in late)
     pxn = df[df["study"] == "pxn"].drop_duplicates("run_id")
-    most, fewest = (variant(pxn.loc[pxn["cfg.train.groups"].idxmax()]),
-                    variant(pxn.loc[pxn["cfg.train.groups"].idxmin()]))  # the smoke profile shrinks P×N
+    most, fewest = (
+        variant(pxn.loc[pxn["cfg.train.groups"].idxmax()]),
+        variant(pxn.loc[pxn["cfg.train.groups"].idxmin()]),
+    )  # the smoke profile shrinks P×N
     diversity = late[most] >= late[fewest]
-    granularity = late["5 actions/turn"] > late["7 actions/turn"] and late["5 actions/turn"] >= late["1 actions/turn"]
+    granularity = (
+        late["5 actions/turn"] > late["7 actions/turn"] and late["5 actions/turn"] >= late["1 actions/turn"]
+    )
     freshness = late["reuse 1"] >= late["reuse 5"] and late["reuse 1"] >= late["reuse 10"]
     measured = {f"{v} late {metric}": s for v, s in late.items()}
-    measured.update({"Table 2: more states, fewer samples, wins": diversity,
-                     "Table 3: 5 actions/turn best of 1/5/7": granularity, "Fig. 10: fresh rollouts win": freshness})
-    paper = {"Table 2: more states, fewer samples, wins": True, "Table 3: 5 actions/turn best of 1/5/7": True,
-             "Fig. 10: fresh rollouts win": True}
+    measured.update(
+        {
+            "Table 2: more states, fewer samples, wins": diversity,
+            "Table 3: 5 actions/turn best of 1/5/7": granularity,
+            "Fig. 10: fresh rollouts win": freshness,
+        }
+    )
+    paper = {
+        "Table 2: more states, fewer samples, wins": True,
+        "Table 3: 5 actions/turn best of 1/5/7": True,
+        "Fig. 10: fresh rollouts win": True,
+    }
     if not peak >= 0.05:
         status, reason = analysis.INCONCLUSIVE, "no run reached 0.05 success"
     elif diversity and granularity and freshness:
         status, reason = analysis.REPRODUCED, "all three rollout-quality effects hold"
     else:
-        failed = [k for k, ok in (("Table 2", diversity), ("Table 3", granularity), ("Fig. 10", freshness)) if not ok]
+        failed = [
+            k
+            for k, ok in (("Table 2", diversity), ("Table 3", granularity), ("Fig. 10", freshness))
+            if not ok
+        ]
         status, reason = analysis.NOT_REPRODUCED, f"{', '.join(failed)} did not hold"
-    return analysis.Verdict(df.attrs["finding"], "diverse, moderately granular, fresh rollouts train best",
-                            status, measured, paper, reason)
+    return analysis.Verdict(
+        df.attrs["finding"],
+        "diverse, moderately granular, fresh rollouts train best",
+        status,
+        measured,
+        paper,
+        reason,
+    )
 
 
 def variant(r):
@@ -71,8 +99,7 @@ def variant(r):
 
 
 # %%
-df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds,
-                             overrides=overrides)
+df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(variant, axis=1)
 
@@ -88,8 +115,11 @@ for study in ("pxn", "actions", "reuse"):
             tables[study] = tables[study].merge(analysis.late_table(part, col, "variant"), on="variant")
     display(tables[study])
 figures = []
-for study, title in (("pxn", "Table 2: P×N at 128 episodes"), ("actions", "Table 3: actions per turn"),
-                     ("reuse", "Fig. 10: rollout reuse")):
+for study, title in (
+    ("pxn", "Table 2: P×N at 128 episodes"),
+    ("actions", "Table 3: actions per turn"),
+    ("reuse", "Fig. 10: rollout reuse"),
+):
     fig = plots.curves(df[df["study"] == study], [metric, "reward/group_std"], hue="variant", title=title)
     figures.append(plots.save(fig, profile, f"{finding}_{study}"))
 

@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -58,40 +63,76 @@ def judge(df):
         measured[f"{env}→{shifted} late val success think vs no-think"] = f"{on:.3g} vs {off:.3g}"
         generalises &= on >= off
     shop = df[df["cfg.env.name"] == "webshop"]
-    cons = {lam: analysis.late_mean(analysis.series(shop, "reasoning/consistency", **{"cfg.algo.reasoning_lambda": lam}))
-            for lam in (0.0, 0.4)}
+    cons = {
+        lam: analysis.late_mean(
+            analysis.series(shop, "reasoning/consistency", **{"cfg.algo.reasoning_lambda": lam})
+        )
+        for lam in (0.0, 0.4)
+    }
     bonus = cons[0.4] > cons[0.0]
     measured["webshop late consistency λ=0.4 vs λ=0"] = f"{cons[0.4]:.3g} vs {cons[0.0]:.3g}"
-    measured.update({"Fig. 11: reasoning shortens everywhere": bool(falls), "Fig. 11: BanditRev longest": bool(rev_longest),
-                     "Table 4: think generalises at least as well": bool(generalises),
-                     "bonus raises consistency": bool(bonus)})
-    paper = {"Fig. 11: reasoning shortens everywhere": True, "Fig. 11: BanditRev longest": True,
-             "Table 4: think generalises at least as well": True, "bonus raises consistency": "(report's proposal)"}
-    fmt = analysis.late_mean(analysis.curve(think, "rollout/format_valid", []).set_index("step")["rollout/format_valid"])
+    measured.update(
+        {
+            "Fig. 11: reasoning shortens everywhere": bool(falls),
+            "Fig. 11: BanditRev longest": bool(rev_longest),
+            "Table 4: think generalises at least as well": bool(generalises),
+            "bonus raises consistency": bool(bonus),
+        }
+    )
+    paper = {
+        "Fig. 11: reasoning shortens everywhere": True,
+        "Fig. 11: BanditRev longest": True,
+        "Table 4: think generalises at least as well": True,
+        "bonus raises consistency": "(report's proposal)",
+    }
+    fmt = analysis.late_mean(
+        analysis.curve(think, "rollout/format_valid", []).set_index("step")["rollout/format_valid"]
+    )
     measured["late format_valid of think runs"] = fmt
     ok = falls and rev_longest and generalises and bonus
     if not fmt >= 0.1:
-        status, reason = analysis.INCONCLUSIVE, f"think runs end with {fmt:.0%} format-valid answers: no reasoning to measure"
+        status, reason = (
+            analysis.INCONCLUSIVE,
+            f"think runs end with {fmt:.0%} format-valid answers: no reasoning to measure",
+        )
     elif ok:
-        status, reason = analysis.REPRODUCED, "reasoning shortens, BanditRev keeps most, think generalises, bonus works"
+        status, reason = (
+            analysis.REPRODUCED,
+            "reasoning shortens, BanditRev keeps most, think generalises, bonus works",
+        )
     else:
         failed = [k for k in list(paper)[:3] + ["bonus raises consistency"] if measured[k] is not True]
         status, reason = analysis.NOT_REPRODUCED, f"did not hold: {'; '.join(failed)}"
-    return analysis.Verdict(df.attrs["finding"], "reasoning shortens under success-only rewards; it aids generalisation",
-                            status, measured, paper, reason)
+    return analysis.Verdict(
+        df.attrs["finding"],
+        "reasoning shortens under success-only rewards; it aids generalisation",
+        status,
+        measured,
+        paper,
+        reason,
+    )
 
 
 # %%
-df = experiments.run_finding("06_reasoning_rewards", profile, seeds=seeds,
-                             overrides=overrides)
+df = experiments.run_finding("06_reasoning_rewards", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(lambda r: f"{r['cfg.env.name']} " + ("think" if r["cfg.rollout.enable_think"] else "no-think")
-                         + (f" λ={r['cfg.algo.reasoning_lambda']:g}" if r["cfg.env.name"] == "webshop" else ""), axis=1)
+df["variant"] = df.apply(
+    lambda r: (
+        f"{r['cfg.env.name']} "
+        + ("think" if r["cfg.rollout.enable_think"] else "no-think")
+        + (f" λ={r['cfg.algo.reasoning_lambda']:g}" if r["cfg.env.name"] == "webshop" else "")
+    ),
+    axis=1,
+)
 
 # %%
 think = df[df["cfg.rollout.enable_think"]]
-fig11 = plots.curves(think, ["reasoning/length", "response/length", "rollout/success"], hue="variant",
-                     title="Fig. 11: reasoning length over training")
+fig11 = plots.curves(
+    think,
+    ["reasoning/length", "response/length", "rollout/success"],
+    hue="variant",
+    title="Fig. 11: reasoning length over training",
+)
 shifted = [c for c in df.columns if c.startswith("val/success/")]
 table4 = df[df["cfg.env.name"].isin(list(SHIFTS))]
 table = analysis.late_table(table4, "val/success", "variant")
@@ -99,9 +140,16 @@ for col in shifted:  # success on the shifted env each run was validated on
     table = table.merge(analysis.late_table(table4, col, "variant"), on="variant")
 display(table)
 shop = df[df["cfg.env.name"] == "webshop"]
-fig_bonus = plots.curves(shop, ["rollout/success", "reward/mean", "reasoning/consistency"], hue="variant",
-                         title="Reasoning–action consistency bonus (WebShop-lite, λ = 0.4)")
-figures = [plots.save(fig11, profile, f"{finding}_reasoning_length"), plots.save(fig_bonus, profile, f"{finding}_consistency_bonus")]
+fig_bonus = plots.curves(
+    shop,
+    ["rollout/success", "reward/mean", "reasoning/consistency"],
+    hue="variant",
+    title="Reasoning–action consistency bonus (WebShop-lite, λ = 0.4)",
+)
+figures = [
+    plots.save(fig11, profile, f"{finding}_reasoning_length"),
+    plots.save(fig_bonus, profile, f"{finding}_consistency_bonus"),
+]
 
 # %%
 verdict = judge(df)

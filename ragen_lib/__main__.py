@@ -1,10 +1,10 @@
 """Command line.
 
-    python -m ragen_lib demo [--env sokoban] [--model NAME] ...     play and print one episode group
-    python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
-    python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
-    python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
-    python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
+python -m ragen_lib demo [--env sokoban] [--model NAME] ...     play and print one episode group
+python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
+python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
+python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
+python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ def _demo(args) -> int:
 
     model, tokenizer = models.load(args.model)
     cfg = RolloutConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    batch = collect(model, tokenizer, args.env, seeds=[args.seed], group_size=args.samples, cfg=cfg,
-                    sample_seed=args.seed)
+    batch = collect(
+        model, tokenizer, args.env, seeds=[args.seed], group_size=args.samples, cfg=cfg, sample_seed=args.seed
+    )
     for b in range(len(batch)):
         print(f"\n##### {args.env}, seed {args.seed}, sample {b}")
         print(batch.transcript(b))
@@ -71,8 +72,17 @@ def _warmup(args) -> int:
     policy, tok = models.load(cfg.model.name, device=cfg.model.device)
     device = str(next(policy.parameters()).device)
     result = warmup(policy, tok, cfg, device, progress=True)
-    print(json.dumps({"env": cfg.env.name, "warmup": cfg.train.warmup, "steps": cfg.train.warmup_steps,
-                      **result, "seconds": round(time.perf_counter() - t0, 1)}))
+    print(
+        json.dumps(
+            {
+                "env": cfg.env.name,
+                "warmup": cfg.train.warmup,
+                "steps": cfg.train.warmup_steps,
+                **result,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
+    )
     return 0
 
 
@@ -97,8 +107,10 @@ def _plot(args) -> int:
     for run_id, part in df.groupby("run_id"):
         done = Path(args.root) / "runs" / args.finding / run_id / runs.DONE
         info = json.loads(done.read_text() or "{}") if done.exists() else {}
-        print(f"{run_id}: trained at commit {info.get('commit', 'not recorded')} on "
-              f"{info.get('device', 'a device not recorded')}" + ("" if done.exists() else " (unfinished)"))
+        print(
+            f"{run_id}: trained at commit {info.get('commit', 'not recorded')} on "
+            f"{info.get('device', 'a device not recorded')}" + ("" if done.exists() else " (unfinished)")
+        )
         if args.hue != "run_id" and args.hue in part:
             run_id = f"{run_id} ({args.hue}={part[args.hue].iloc[0]})"
         third = max(1, len(part) // 3)
@@ -106,9 +118,11 @@ def _plot(args) -> int:
             v = part[["step", m]].dropna() if m in part else None
             if v is None or v.empty:
                 continue
-            print(f"{run_id} {m}: step {int(v.step.iloc[0])} {v[m].iloc[0]:.3f} → step {int(v.step.iloc[-1])} "
-                  f"{v[m].iloc[-1]:.3f}; mean of first/last third {v[m].iloc[:third].mean():.3f} / "
-                  f"{v[m].iloc[-third:].mean():.3f}")
+            print(
+                f"{run_id} {m}: step {int(v.step.iloc[0])} {v[m].iloc[0]:.3f} → step {int(v.step.iloc[-1])} "
+                f"{v[m].iloc[-1]:.3f}; mean of first/last third {v[m].iloc[:third].mean():.3f} / "
+                f"{v[m].iloc[-third:].mean():.3f}"
+            )
     print(f"figure: {png}")
     return 0
 
@@ -125,8 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--max-new-tokens", type=int, default=120)
     run = sub.add_parser("run", help="train one config; a finished run is reused, an unfinished one resumed")
     run.add_argument("config", help="YAML with sections model / env / rollout / algo / train")
-    run.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                     help="dotted overrides, e.g. --set algo.name=apo train.steps=20")
+    run.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dotted overrides, e.g. --set algo.name=apo train.steps=20",
+    )
     run.add_argument("--out", default="outputs/cli", help="run store root (default outputs/cli)")
     run.add_argument("--finding", default="adhoc", help="sub-folder of <out>/runs/")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -135,17 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     bench.add_argument("--out", default="outputs/bench", help="writes <out>/<device>.md and .json")
     bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
-    warm = sub.add_parser("warmup", help="run only a config's format warm-up; print the format-valid rate "
-                                         "before and after")
+    warm = sub.add_parser(
+        "warmup", help="run only a config's format warm-up; print the format-valid rate before and after"
+    )
     warm.add_argument("config", nargs="?", default=None, help="YAML config (default: all defaults)")
     warm.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides")
     plot = sub.add_parser("plot", help="curves and a first/last summary of the runs in a run store")
     plot.add_argument("root", help="the --out of `run` (holds runs/<finding>/)")
     plot.add_argument("--finding", default="adhoc")
-    plot.add_argument("--metrics", nargs="*", default=["rollout/success", "val/success", "reward/mean", "policy/entropy"])
+    plot.add_argument(
+        "--metrics", nargs="*", default=["rollout/success", "val/success", "reward/mean", "policy/entropy"]
+    )
     plot.add_argument("--png", default=None, help="default: <root>/<finding>.png")
     plot.add_argument("--title", default="")
-    plot.add_argument("--hue", default="run_id", help="column that tells runs apart, e.g. cfg.train.warmup_lr")
+    plot.add_argument(
+        "--hue", default="run_id", help="column that tells runs apart, e.g. cfg.train.warmup_lr"
+    )
     args = parser.parse_args(argv)
     return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot}[args.command](args)
 

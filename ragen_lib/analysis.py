@@ -20,8 +20,11 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCO
 def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
     """Mean of `metric` per step over seeds, for each combination of `by`; NaN rows dropped."""
     d = df.dropna(subset=[metric]) if metric in df else df.iloc[:0]
-    return d.groupby([*by, "step"], dropna=False)[metric].mean().reset_index() if len(d) else \
-        pd.DataFrame(columns=[*by, "step", metric])
+    return (
+        d.groupby([*by, "step"], dropna=False)[metric].mean().reset_index()
+        if len(d)
+        else pd.DataFrame(columns=[*by, "step", metric])
+    )
 
 
 def peak_final(values: pd.Series) -> tuple[float, float, int | None]:
@@ -38,7 +41,7 @@ def collapse_step(values: pd.Series, frac: float = 0.5, min_peak: float = 0.05) 
     v = values.dropna()
     if v.empty or v.max() < min_peak:
         return None
-    after = v.loc[v.idxmax():]
+    after = v.loc[v.idxmax() :]
     below = after[after < frac * v.max()]
     return int(below.index[0]) if len(below) else None
 
@@ -74,7 +77,7 @@ def late_mean(values: pd.Series, frac: float = 1 / 3) -> float:
     v = values.dropna()
     if v.empty:
         return float("nan")
-    return float(v.iloc[-max(1, round(len(v) * frac)):].mean())
+    return float(v.iloc[-max(1, round(len(v) * frac)) :].mean())
 
 
 def late_table(df: pd.DataFrame, metric: str, by: str | list[str]) -> pd.DataFrame:
@@ -125,9 +128,16 @@ def early_late_reasoning(samples: pd.DataFrame, width: int = 160) -> pd.DataFram
             pick = at[at["seed"] == common[0]] if common else at
             s = pick.iloc[0]
             think = (s["thinks"] or [""])[0] if isinstance(s["thinks"], list) else ""
-            rows.append({"run_id": run_id, "when": "early" if step == first else "late", "step": int(step),
-                         "seed": s["seed"], "reward": s.get("reward"),
-                         "reasoning": (think or "(no <think> parsed)")[:width]})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "when": "early" if step == first else "late",
+                    "step": int(step),
+                    "seed": s["seed"],
+                    "reward": s.get("reward"),
+                    "reasoning": (think or "(no <think> parsed)")[:width],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -142,17 +152,21 @@ class Verdict:
     figures: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        rows = "\n".join(f"  {k:<40} measured {_fmt(self.measured.get(k))}   paper {_fmt(v)}"
-                         for k, v in self.paper.items())
-        extra = "\n".join(f"  {k:<40} measured {_fmt(v)}" for k, v in self.measured.items()
-                          if k not in self.paper)
+        rows = "\n".join(
+            f"  {k:<40} measured {_fmt(self.measured.get(k))}   paper {_fmt(v)}"
+            for k, v in self.paper.items()
+        )
+        extra = "\n".join(
+            f"  {k:<40} measured {_fmt(v)}" for k, v in self.measured.items() if k not in self.paper
+        )
         return f"{self.status}: {self.claim}\n{rows}\n{extra}\n  why: {self.reason}".replace("\n\n", "\n")
 
     def write(self, profile: str, wall_s: float | None = None) -> Path:
         out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}, indent=1,
-                                  default=str))
+        out.write_text(
+            json.dumps({**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}, indent=1, default=str)
+        )
         return out
 
 
@@ -171,12 +185,19 @@ def report(profile: str) -> Path:
     base = runs.output_root(profile)
     rows = [json.loads(p.read_text()) for p in sorted((base / "verdicts").glob("*.json"))]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
-    lines = [f"# Replication report: profile `{profile}`", "",
-             f"Device: {device}. Commit: {runs.git_commit()}. Total wall time of the notebooks: "
-             f"{sum(r.get('wall_s') or 0 for r in rows) / 60:.1f} min.", ""]
+    lines = [
+        f"# Replication report: profile `{profile}`",
+        "",
+        f"Device: {device}. Commit: {runs.git_commit()}. Total wall time of the notebooks: "
+        f"{sum(r.get('wall_s') or 0 for r in rows) / 60:.1f} min.",
+        "",
+    ]
     if profile == "smoke":
-        lines += ["**Smoke profile: a tiny random model on CPU. This proves the pipeline runs end to end; "
-                  "its verdicts say nothing about the paper's findings.**", ""]
+        lines += [
+            "**Smoke profile: a tiny random model on CPU. This proves the pipeline runs end to end; "
+            "its verdicts say nothing about the paper's findings.**",
+            "",
+        ]
     lines += ["| notebook | claim | verdict | measured vs paper | figures |", "|---|---|---|---|---|"]
     for r in rows:
         nums = "; ".join(f"{k}: {_fmt(r['measured'].get(k))} vs {_fmt(v)}" for k, v in r["paper"].items())

@@ -30,12 +30,42 @@ from ragen_lib import models, runs
 # Workload per device. cuda is the paper's scale (P=8 prompts × N=16 samples, 400 tokens a turn,
 # 5 turns); cpu and quick only prove that every measurement runs.
 SIZES = {
-    "cuda": dict(groups=8, group_size=16, gen_tokens=128, max_new_tokens=400, max_turns=5,
-                 micro_batch_size=16, update_rows=128, update_max_len=2048, repeats=3, trl_steps=3),
-    "cpu": dict(groups=2, group_size=4, gen_tokens=32, max_new_tokens=32, max_turns=2,
-                micro_batch_size=4, update_rows=8, update_max_len=256, repeats=1, trl_steps=2),
-    "quick": dict(groups=2, group_size=2, gen_tokens=8, max_new_tokens=8, max_turns=1,
-                  micro_batch_size=2, update_rows=4, update_max_len=64, repeats=1, trl_steps=1),
+    "cuda": dict(
+        groups=8,
+        group_size=16,
+        gen_tokens=128,
+        max_new_tokens=400,
+        max_turns=5,
+        micro_batch_size=16,
+        update_rows=128,
+        update_max_len=2048,
+        repeats=3,
+        trl_steps=3,
+    ),
+    "cpu": dict(
+        groups=2,
+        group_size=4,
+        gen_tokens=32,
+        max_new_tokens=32,
+        max_turns=2,
+        micro_batch_size=4,
+        update_rows=8,
+        update_max_len=256,
+        repeats=1,
+        trl_steps=2,
+    ),
+    "quick": dict(
+        groups=2,
+        group_size=2,
+        gen_tokens=8,
+        max_new_tokens=8,
+        max_turns=1,
+        micro_batch_size=2,
+        update_rows=4,
+        update_max_len=64,
+        repeats=1,
+        trl_steps=1,
+    ),
 }
 TRL_HINT = "trl not installed (pip install -e .[bench])"
 
@@ -57,10 +87,16 @@ def slug(name: str) -> str:
 def header(device: str, model: str, quick: bool) -> dict:
     import transformers
 
-    return {"device": M.device_name(device), "model": model, "sizes": "quick" if quick else
-            ("cuda" if device.startswith("cuda") else "cpu"), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "commit": runs.git_commit(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    return {
+        "device": M.device_name(device),
+        "model": model,
+        "sizes": "quick" if quick else ("cuda" if device.startswith("cuda") else "cpu"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "commit": runs.git_commit(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
 
 
 def _sync(device: str) -> None:
@@ -95,9 +131,19 @@ def measure_load(name: str, device: str) -> tuple[list[Row], object, object]:
     model, tok = models.load(name, device=device)
     _sync(device)
     second = time.perf_counter() - t0
-    note = "converted the GGUF (cold cache)" if converted else "cache was warm; includes imports and first allocations"
-    return [Row("load: first in this process", first, "s", note=note),
-            Row("load: second (cached safetensors)", second, "s", "≤ 3 s", first / second)], model, tok
+    note = (
+        "converted the GGUF (cold cache)"
+        if converted
+        else "cache was warm; includes imports and first allocations"
+    )
+    return (
+        [
+            Row("load: first in this process", first, "s", note=note),
+            Row("load: second (cached safetensors)", second, "s", "≤ 3 s", first / second),
+        ],
+        model,
+        tok,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,21 +171,44 @@ def hf_generate(model, tok, prompts, new_tokens: int) -> None:
     from ragen_lib.generation import _left_pad
 
     ids, attn = _left_pad(prompts, tok.pad_token_id, next(model.parameters()).device)
-    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                           min_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
-                           eos_token_id=tok.eos_token_id)
+    cfg = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     with torch.no_grad():
         model.generate(input_ids=ids, attention_mask=attn, generation_config=cfg)
 
 
-def ours_generate(model, tok, prompts, new_tokens: int, group_size: int = 1, kv_cache: str = "dynamic",
-                  temperature: float = 1.0) -> list[list[int]]:
+def ours_generate(
+    model,
+    tok,
+    prompts,
+    new_tokens: int,
+    group_size: int = 1,
+    kv_cache: str = "dynamic",
+    temperature: float = 1.0,
+) -> list[list[int]]:
     from ragen_lib.generation import generate
 
     g = torch.Generator(device=next(model.parameters()).device).manual_seed(0)
     # eos_token_id=-1 never fires: every row runs to new_tokens, like min_new_tokens above.
-    return generate(model, prompts, max_new_tokens=new_tokens, temperature=temperature, eos_token_id=-1,
-                    pad_token_id=tok.pad_token_id, generator=g, group_size=group_size, kv_cache=kv_cache)
+    return generate(
+        model,
+        prompts,
+        max_new_tokens=new_tokens,
+        temperature=temperature,
+        eos_token_id=-1,
+        pad_token_id=tok.pad_token_id,
+        generator=g,
+        group_size=group_size,
+        kv_cache=kv_cache,
+    )
 
 
 def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
@@ -159,16 +228,31 @@ def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
     how = "CUDA graph per step" if device.startswith("cuda") else "eager (no CUDA graphs on CPU)"
     how = "; ".join([how] + [str(w.message) for w in caught])
     # The fast path must decode what the plain one does; greedy tokens are the check.
-    greedy = [ours_generate(model, tok, prompts, n, gs, kv_cache=c, temperature=0.0) for c in ("dynamic", "static")]
+    greedy = [
+        ours_generate(model, tok, prompts, n, gs, kv_cache=c, temperature=0.0) for c in ("dynamic", "static")
+    ]
     same = sum(a == b for a, b in zip(*greedy)) / B
     tokens = B * n
-    return [Row("generate: HF model.generate (naive)", tokens / t_hf, "tokens/s", vs_naive=1.0, note=shape),
-            Row("generate: ours", tokens / t_ours, "tokens/s", vs_naive=t_hf / t_ours, note=shape),
-            Row("generate: ours + group prefix sharing", tokens / t_shared, "tokens/s",
-                vs_naive=t_hf / t_shared, note=shape),
-            Row("generate: ours + sharing + static cache", tokens / t_static, "tokens/s", "≥ 30k tokens/s (H100)",
-                vs_naive=t_hf / t_static, note=f"{shape}; {how}"),
-            Row("generate: static = dynamic (greedy rows identical)", same, "fraction", "1.0", note=shape)]
+    return [
+        Row("generate: HF model.generate (naive)", tokens / t_hf, "tokens/s", vs_naive=1.0, note=shape),
+        Row("generate: ours", tokens / t_ours, "tokens/s", vs_naive=t_hf / t_ours, note=shape),
+        Row(
+            "generate: ours + group prefix sharing",
+            tokens / t_shared,
+            "tokens/s",
+            vs_naive=t_hf / t_shared,
+            note=shape,
+        ),
+        Row(
+            "generate: ours + sharing + static cache",
+            tokens / t_static,
+            "tokens/s",
+            "≥ 30k tokens/s (H100)",
+            vs_naive=t_hf / t_static,
+            note=f"{shape}; {how}",
+        ),
+        Row("generate: static = dynamic (greedy rows identical)", same, "fraction", "1.0", note=shape),
+    ]
 
 
 def measure_prefill(model, tok, device: str, size: dict) -> list[Row]:
@@ -178,31 +262,50 @@ def measure_prefill(model, tok, device: str, size: dict) -> list[Row]:
     t_rows = timed(lambda: ours_generate(model, tok, prompts, 1), device, r)
     t_shared = timed(lambda: ours_generate(model, tok, prompts, 1, gs), device, r)
     note = f"{size['groups']} prompts × {gs} samples"
-    return [Row("prefill: per row (naive)", t_rows, "s", vs_naive=1.0, note=note),
-            Row("prefill: shared per group", t_shared, "s", vs_naive=t_rows / t_shared, note=note)]
+    return [
+        Row("prefill: per row (naive)", t_rows, "s", vs_naive=1.0, note=note),
+        Row("prefill: shared per group", t_shared, "s", vs_naive=t_rows / t_shared, note=note),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
 # e. one training step, by phase (the trainer's own metrics)
 # ----------------------------------------------------------------------------------------------
-def train_config(name: str, device: str, size: dict, env: str = "sokoban", steps: int = 2,
-                 algo: dict | None = None, one_update: bool = False):
+def train_config(
+    name: str,
+    device: str,
+    size: dict,
+    env: str = "sokoban",
+    steps: int = 2,
+    algo: dict | None = None,
+    one_update: bool = False,
+):
     """`one_update`: the whole batch in one optimizer step (TRL's default), else the trainer's
     default mini-batch (the paper's 4 optimizer steps per batch of 128)."""
     from ragen_lib import config
     from ragen_lib.config import TrainConfig
 
     rows = size["groups"] * size["group_size"]
-    return config.from_dict({
-        "model": {"name": name, "device": device},
-        "env": {"name": env},
-        "rollout": {"max_new_tokens": size["max_new_tokens"],
-                    "max_turns": 1 if env == "bandit" else size["max_turns"]},
-        "algo": {"name": "starpo-ppo", **(algo or {})},
-        "train": {"steps": steps, "groups": size["groups"], "group_size": size["group_size"],
-                  "mini_batch_size": rows if one_update else min(TrainConfig.mini_batch_size, rows),
-                  "micro_batch_size": size["micro_batch_size"], "val_every": 0, "samples_every": 0},
-    })
+    return config.from_dict(
+        {
+            "model": {"name": name, "device": device},
+            "env": {"name": env},
+            "rollout": {
+                "max_new_tokens": size["max_new_tokens"],
+                "max_turns": 1 if env == "bandit" else size["max_turns"],
+            },
+            "algo": {"name": "starpo-ppo", **(algo or {})},
+            "train": {
+                "steps": steps,
+                "groups": size["groups"],
+                "group_size": size["group_size"],
+                "mini_batch_size": rows if one_update else min(TrainConfig.mini_batch_size, rows),
+                "micro_batch_size": size["micro_batch_size"],
+                "val_every": 0,
+                "samples_every": 0,
+            },
+        }
+    )
 
 
 def last_train_step(name: str, device: str, size: dict, env: str = "sokoban", **kw) -> dict:
@@ -214,19 +317,28 @@ def last_train_step(name: str, device: str, size: dict, env: str = "sokoban", **
 
 def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
     m = last_train_step(name, device, size)
-    shape = (f"Sokoban, starpo-ppo, {size['groups']}×{size['group_size']}, ≤{size['max_turns']} turns × "
-             f"{size['max_new_tokens']} tokens, {m.get('rollout/turns', float('nan')):.1f} turns done")
-    rows = [Row(f"train step: {k}", m[k], "s", note=shape) for k in ("time/rollout", "time/forward", "time/update")]
+    shape = (
+        f"Sokoban, starpo-ppo, {size['groups']}×{size['group_size']}, ≤{size['max_turns']} turns × "
+        f"{size['max_new_tokens']} tokens, {m.get('rollout/turns', float('nan')):.1f} turns done"
+    )
+    rows = [
+        Row(f"train step: {k}", m[k], "s", note=shape)
+        for k in ("time/rollout", "time/forward", "time/update")
+    ]
     rows.append(Row("train step: time/step", m["time/step"], "s", "≤ 2 s (paper scale, H100)", note=shape))
-    rows += [Row(f"train step: {k}", m[k], "tokens/s")
-             for k in ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")]
+    rows += [
+        Row(f"train step: {k}", m[k], "tokens/s")
+        for k in ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")
+    ]
     return rows
 
 
 # ----------------------------------------------------------------------------------------------
 # f. update throughput: padded batch vs length-sorted micro-batches
 # ----------------------------------------------------------------------------------------------
-def random_batch(lengths: list[int], vocab: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def random_batch(
+    lengths: list[int], vocab: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded random token ids (B, T) and their attention mask, one row per length."""
     T = max(lengths)
     ids = torch.randint(0, vocab, (len(lengths), T), generator=generator)
@@ -275,9 +387,17 @@ def measure_update(model, device: str, size: dict) -> list[Row]:
         model.zero_grad(set_to_none=True)
         model.eval()
     note = f"{B} rows, lengths {min(lengths)}–{max(lengths)}, micro-batch {mb}, fwd+bwd (no optimizer step)"
-    return [Row("update: padded batch (naive)", tokens / t_pad, "tokens/s", vs_naive=1.0, note=note),
-            Row("update: sorted micro-batches", tokens / t_sorted, "tokens/s", "≥ 250k tokens/s (H100)",
-                t_pad / t_sorted, note)]
+    return [
+        Row("update: padded batch (naive)", tokens / t_pad, "tokens/s", vs_naive=1.0, note=note),
+        Row(
+            "update: sorted micro-batches",
+            tokens / t_sorted,
+            "tokens/s",
+            "≥ 250k tokens/s (H100)",
+            t_pad / t_sorted,
+            note,
+        ),
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,13 +410,18 @@ def measure_trl(name: str, device: str, size: dict) -> list[Row]:
         return [Row("TRL GRPOTrainer step (Bandit)", None, "s", "ours ≥ 3× faster", note=TRL_HINT)]
     # The same algorithm on both sides: GRPO advantages, no KL term (TRL's beta=0), one optimizer
     # step per batch. Ours still runs the reference forward, because it logs policy/kl_ref.
-    ours = last_train_step(name, device, size, env="bandit", algo={"name": "starpo-grpo", "kl_coef": 0.0},
-                           one_update=True)["time/step"]
+    ours = last_train_step(
+        name, device, size, env="bandit", algo={"name": "starpo-grpo", "kl_coef": 0.0}, one_update=True
+    )["time/step"]
     theirs = trl_step_time(name, device, size)
-    shape = (f"Bandit, {size['groups']}×{size['group_size']}, ≤{size['max_new_tokens']} new tokens, GRPO, "
-             "no KL, 1 optimizer step")
-    return [Row("TRL GRPOTrainer step (Bandit, naive)", theirs, "s", vs_naive=1.0, note=shape),
-            Row("TRL comparison: our step (Bandit)", ours, "s", "ours ≥ 3× faster", theirs / ours, shape)]
+    shape = (
+        f"Bandit, {size['groups']}×{size['group_size']}, ≤{size['max_new_tokens']} new tokens, GRPO, "
+        "no KL, 1 optimizer step"
+    )
+    return [
+        Row("TRL GRPOTrainer step (Bandit, naive)", theirs, "s", vs_naive=1.0, note=shape),
+        Row("TRL comparison: our step (Bandit)", ours, "s", "ours ≥ 3× faster", theirs / ours, shape),
+    ]
 
 
 def trl_step_time(name: str, device: str, size: dict) -> float:
@@ -328,15 +453,31 @@ def trl_step_time(name: str, device: str, size: dict) -> float:
             times[-1] = time.perf_counter() - times[-1]
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=P * N, num_generations=N,
-                          max_completion_length=n, max_steps=size["trl_steps"] + 1, learning_rate=1e-6, beta=0.0,
-                          temperature=1.0, report_to=[], save_strategy="no", logging_steps=10**6,
-                          gradient_checkpointing=False,  # ours does not checkpoint either
-                          use_cpu=not device.startswith("cuda"), bf16=device.startswith("cuda"),
-                          disable_tqdm=True)
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tok,
-                              train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * 64),
-                              callbacks=[Clock()])
+        args = GRPOConfig(
+            output_dir=tmp,
+            per_device_train_batch_size=P * N,
+            num_generations=N,
+            max_completion_length=n,
+            max_steps=size["trl_steps"] + 1,
+            learning_rate=1e-6,
+            beta=0.0,
+            temperature=1.0,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=10**6,
+            gradient_checkpointing=False,  # ours does not checkpoint either
+            use_cpu=not device.startswith("cuda"),
+            bf16=device.startswith("cuda"),
+            disable_tqdm=True,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=args,
+            processing_class=tok,
+            train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * 64),
+            callbacks=[Clock()],
+        )
         trainer.train()
     return min(times[1:] or times)
 
@@ -346,8 +487,11 @@ def trl_step_time(name: str, device: str, size: dict) -> float:
 # ----------------------------------------------------------------------------------------------
 def peak_memory(device: str) -> Row:
     if device.startswith("cuda"):
-        return Row("peak memory: torch.cuda.max_memory_allocated", torch.cuda.max_memory_allocated(device) / 2**30,
-                   "GB")
+        return Row(
+            "peak memory: torch.cuda.max_memory_allocated",
+            torch.cuda.max_memory_allocated(device) / 2**30,
+            "GB",
+        )
     # ru_maxrss is KiB on Linux, bytes on macOS; it is the whole process, Python and tokenizer included.
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**30 if sys.platform == "darwin" else 2**20)
     return Row("peak memory: process RSS (ru_maxrss)", rss, "GB")
@@ -362,7 +506,11 @@ def _fmt(v: float | None) -> str:
 def markdown(head: dict, rows: list[Row]) -> str:
     lines = [f"# Benchmark: {head['device']}", ""]
     lines += [f"- {k}: {v}" for k, v in head.items()]
-    lines += ["", "| what | figure | unit | target | vs naive | note |", "| --- | ---: | --- | --- | ---: | --- |"]
+    lines += [
+        "",
+        "| what | figure | unit | target | vs naive | note |",
+        "| --- | ---: | --- | --- | ---: | --- |",
+    ]
     for r in rows:
         ratio = "—" if r.vs_naive is None else f"{r.vs_naive:.2f}×"
         lines.append(f"| {r.what} | {_fmt(r.value)} | {r.unit} | {r.target or '—'} | {ratio} | {r.note} |")
@@ -373,13 +521,18 @@ def write(out: Path, head: dict, rows: list[Row]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / slug(head["device"])
     stem.with_suffix(".md").write_text(markdown(head, rows))
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"header": head, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n")
+    stem.with_suffix(".json").write_text(
+        json.dumps({"header": head, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n"
+    )
     return stem.with_suffix(".md")
 
 
-def run(model: str | None = None, device: str | None = None, out: str | Path = "outputs/bench",
-        quick: bool = False) -> Path:
+def run(
+    model: str | None = None,
+    device: str | None = None,
+    out: str | Path = "outputs/bench",
+    quick: bool = False,
+) -> Path:
     """Measure everything, one printed line per measurement, and write the report."""
     name = model or models.default_model()
     device = device or models.default_device()
@@ -396,8 +549,11 @@ def run(model: str | None = None, device: str | None = None, out: str | Path = "
         got = fn()
         rows.extend(got)
         for r in got:
-            print(f"[bench] {r.what}: {_fmt(r.value)} {r.unit}"
-                  + ("" if r.vs_naive is None else f" ({r.vs_naive:.2f}× naive)"), flush=True)
+            print(
+                f"[bench] {r.what}: {_fmt(r.value)} {r.unit}"
+                + ("" if r.vs_naive is None else f" ({r.vs_naive:.2f}× naive)"),
+                flush=True,
+            )
         print(f"[bench]   ({label} took {time.perf_counter() - t0:.1f} s)", flush=True)
 
     loaded = {}

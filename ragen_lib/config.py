@@ -171,17 +171,45 @@ class AlgoConfig:
 PRESET_FIELDS = ("advantage", "objective", "critic", "kl_coef", "kl_in_reward", "clip_high", "filter_keep")
 ALGO_PRESETS: dict[str, dict] = {
     # Vanilla StarPO with a critic: KL 0.001 (k1) in the reward, symmetric clip 0.2, no filter.
-    "starpo-ppo": {"advantage": "gae", "objective": "ppo-clip", "critic": True, "kl_coef": 0.001,
-                   "kl_in_reward": True, "clip_high": 0.2, "filter_keep": 1.0},
+    "starpo-ppo": {
+        "advantage": "gae",
+        "objective": "ppo-clip",
+        "critic": True,
+        "kl_coef": 0.001,
+        "kl_in_reward": True,
+        "clip_high": 0.2,
+        "filter_keep": 1.0,
+    },
     # GRPO: group mean/std-normalised trajectory reward, KL 0.001 as a loss term, no critic.
-    "starpo-grpo": {"advantage": "grpo", "objective": "ppo-clip", "critic": False, "kl_coef": 0.001,
-                    "kl_in_reward": False, "clip_high": 0.2, "filter_keep": 1.0},
+    "starpo-grpo": {
+        "advantage": "grpo",
+        "objective": "ppo-clip",
+        "critic": False,
+        "kl_coef": 0.001,
+        "kl_in_reward": False,
+        "clip_high": 0.2,
+        "filter_keep": 1.0,
+    },
     # StarPO-S: keep the top 25% of groups by reward std, no KL, clip-higher, critic kept.
-    "starpo-s": {"advantage": "gae", "objective": "ppo-clip", "critic": True, "kl_coef": 0.0,
-                 "kl_in_reward": True, "clip_high": 0.28, "filter_keep": 0.25},
+    "starpo-s": {
+        "advantage": "gae",
+        "objective": "ppo-clip",
+        "critic": True,
+        "kl_coef": 0.0,
+        "kl_in_reward": True,
+        "clip_high": 0.28,
+        "filter_keep": 0.25,
+    },
     # A*-PO as released: no critic, no KL, no clipping (the regression loss has no ratio), no filter.
-    "apo": {"advantage": "apo", "objective": "apo", "critic": False, "kl_coef": 0.0, "kl_in_reward": True,
-            "clip_high": 0.2, "filter_keep": 1.0},
+    "apo": {
+        "advantage": "apo",
+        "objective": "apo",
+        "critic": False,
+        "kl_coef": 0.0,
+        "kl_in_reward": True,
+        "clip_high": 0.2,
+        "filter_keep": 1.0,
+    },
 }
 
 
@@ -231,8 +259,15 @@ class TrainConfig:
 
     def __post_init__(self):
         _choice("train.warmup", self.warmup, ("none", "self", "expert", "format"))
-        for name in ("steps", "groups", "group_size", "mini_batch_size", "micro_batch_size",
-                     "ppo_epochs", "rollout_reuse"):
+        for name in (
+            "steps",
+            "groups",
+            "group_size",
+            "mini_batch_size",
+            "micro_batch_size",
+            "ppo_epochs",
+            "rollout_reuse",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -251,12 +286,16 @@ class Config:
         if a.advantage == "apo" and a.filter_keep < 1:
             raise ValueError("A*-PO samples one answer per state; the group filter needs algo.filter_keep=1")
         if a.advantage == "apo" and t.groups * t.group_size > a.apo_prompt_pool:
-            raise ValueError(f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct states "
-                             f"per step from a pool of algo.apo_prompt_pool={a.apo_prompt_pool}; raise it")
+            raise ValueError(
+                f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct states "
+                f"per step from a pool of algo.apo_prompt_pool={a.apo_prompt_pool}; raise it"
+            )
         world = world_size()
         if t.groups % world:
-            raise ValueError(f"train.groups={t.groups} is not divisible by the {world} processes: each process "
-                             "plays whole groups (the group statistics stay on one process)")
+            raise ValueError(
+                f"train.groups={t.groups} is not divisible by the {world} processes: each process "
+                "plays whole groups (the group statistics stay on one process)"
+            )
 
     def to_dict(self) -> dict:
         return _plain(asdict(self))
@@ -276,8 +315,13 @@ def dict_hash(d: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-SECTIONS = {"model": ModelConfig, "env": EnvConfig, "rollout": RolloutConfig, "algo": AlgoConfig,
-            "train": TrainConfig}
+SECTIONS = {
+    "model": ModelConfig,
+    "env": EnvConfig,
+    "rollout": RolloutConfig,
+    "algo": AlgoConfig,
+    "train": TrainConfig,
+}
 
 
 def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) -> Config:
@@ -329,10 +373,12 @@ def _check_keys(prefix: str, given: dict, valid) -> None:
     unknown = sorted(set(given) - set(valid))
     if unknown:
         close = {u: difflib.get_close_matches(u, list(valid), n=1) for u in unknown}
-        hints = "; ".join(f"{prefix}{u}" + (f" (did you mean {prefix}{c[0]}?)" if c else "")
-                          for u, c in close.items())
-        raise ValueError(f"unknown config key(s): {hints}. Valid keys: "
-                         f"{', '.join(prefix + k for k in valid)}")
+        hints = "; ".join(
+            f"{prefix}{u}" + (f" (did you mean {prefix}{c[0]}?)" if c else "") for u, c in close.items()
+        )
+        raise ValueError(
+            f"unknown config key(s): {hints}. Valid keys: {', '.join(prefix + k for k in valid)}"
+        )
 
 
 def _parse_overrides(overrides) -> dict:
@@ -361,8 +407,9 @@ def _coerce(section: str, f, value):
         try:
             return float(value) if kind == "float" else int(value)
         except ValueError:
-            raise ValueError(f"{section}.{f.name} must be {'a number' if kind == 'float' else 'an integer'}, "
-                             f"got {value!r}") from None
+            raise ValueError(
+                f"{section}.{f.name} must be {'a number' if kind == 'float' else 'an integer'}, got {value!r}"
+            ) from None
     if isinstance(value, int) and kind == "float":
         return float(value)
     return value

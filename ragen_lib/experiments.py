@@ -48,10 +48,15 @@ def load_profile(profile: str, path: Path | None = None) -> dict:
     valid = ("seeds", "overrides", "runs_per_device", "max_episodes_per_step")
     unknown = set(prof) - set(valid)
     if unknown:
-        raise ValueError(f"profile {profile!r} has unknown key(s) {sorted(unknown)}; valid: {', '.join(valid)}")
-    return {"seeds": list(prof.get("seeds", [0])), "overrides": dict(prof.get("overrides") or {}),
-            "runs_per_device": int(prof.get("runs_per_device", 1)),
-            "max_episodes_per_step": prof.get("max_episodes_per_step")}
+        raise ValueError(
+            f"profile {profile!r} has unknown key(s) {sorted(unknown)}; valid: {', '.join(valid)}"
+        )
+    return {
+        "seeds": list(prof.get("seeds", [0])),
+        "overrides": dict(prof.get("overrides") or {}),
+        "runs_per_device": int(prof.get("runs_per_device", 1)),
+        "max_episodes_per_step": prof.get("max_episodes_per_step"),
+    }
 
 
 def cap_batch(overrides: dict, cap: int | None) -> dict:
@@ -107,15 +112,18 @@ def points(grid) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def variants(finding: str | Path, profile: str, *, seeds: list[int] | None = None,
-             overrides: dict | None = None) -> tuple[str, list[tuple[config.Config, dict]]]:
+def variants(
+    finding: str | Path, profile: str, *, seeds: list[int] | None = None, overrides: dict | None = None
+) -> tuple[str, list[tuple[config.Config, dict]]]:
     """(finding name, [(Config, labels)]) for every grid point × seed of the profile."""
     path = grid_file(finding)
     spec = yaml.safe_load(path.read_text())
     unknown = set(spec) - {"base", "grid", "extra"}
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {sorted(unknown)}; valid: base, grid, extra "
-                         "(the file's name is the finding's name)")
+        raise ValueError(
+            f"{path}: unknown key(s) {sorted(unknown)}; valid: base, grid, extra "
+            "(the file's name is the finding's name)"
+        )
     prof = load_profile(profile)
     grid = spec.get("grid") or [{}]
     variants_ = points(grid) + list(spec.get("extra") or [])
@@ -124,15 +132,27 @@ def variants(finding: str | Path, profile: str, *, seeds: list[int] | None = Non
         labels = {k: v for k, v in point.items() if "." not in k}
         dotted = {k: v for k, v in point.items() if "." in k}
         for seed in seeds if seeds is not None else prof["seeds"]:
-            merged = {**(spec.get("base") or {}), **prof["overrides"], **(overrides or {}), **dotted,
-                      "train.seed": seed}
+            merged = {
+                **(spec.get("base") or {}),
+                **prof["overrides"],
+                **(overrides or {}),
+                **dotted,
+                "train.seed": seed,
+            }
             merged = cap_batch(merged, prof["max_episodes_per_step"])
             out.append((config.from_dict({}, merged), labels))
     return path.stem, out
 
 
-def run_finding(finding: str | Path, profile: str | None = None, *, seeds: list[int] | None = None,
-                overrides: dict | None = None, root: str | Path | None = None, progress: bool = True):
+def run_finding(
+    finding: str | Path,
+    profile: str | None = None,
+    *,
+    seeds: list[int] | None = None,
+    overrides: dict | None = None,
+    root: str | Path | None = None,
+    progress: bool = True,
+):
     """Train every missing run of the finding's grid (finished ones are reused); return their metrics.
 
     Returns a DataFrame with one row per run × step: metrics, `cfg.*` columns, the variant's
@@ -167,8 +187,15 @@ def samples(df):
 # ----------------------------------------------------------------------------------------------
 # Training a grid: reuse finished runs, train the rest in worker processes
 # ----------------------------------------------------------------------------------------------
-def run_grid(root, finding: str, cfgs: list[config.Config], train_fn=train_quietly, *, progress: bool = True,
-             slots: list[dict] | None = None) -> list[Path]:
+def run_grid(
+    root,
+    finding: str,
+    cfgs: list[config.Config],
+    train_fn=train_quietly,
+    *,
+    progress: bool = True,
+    slots: list[dict] | None = None,
+) -> list[Path]:
     """Train every config not already DONE under `<root>/runs/<finding>/`; returns the run folders.
     `train_fn(cfg, run)` does the work and resumes itself through `run.resume()`.
 
@@ -182,8 +209,12 @@ def run_grid(root, finding: str, cfgs: list[config.Config], train_fn=train_quiet
     paths = [runs.run_dir(root, finding, c) for c in cfgs]
     # Identical configs share one folder: train it once (two workers on one folder would collide).
     todo = list({p: (c, p) for c, p in zip(cfgs, paths) if not (p / runs.DONE).exists()}.values())
-    bar = tqdm(total=len(todo), desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run",
-               unit="run", disable=not progress or not todo)
+    bar = tqdm(
+        total=len(todo),
+        desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run",
+        unit="run",
+        disable=not progress or not todo,
+    )
     failures: list[tuple[Path, BaseException]] = []
     if slots and len(slots) > 1 and len(todo) > 1:
         failures = _run_pool(todo, train_fn, slots, bar)
@@ -198,9 +229,10 @@ def run_grid(root, finding: str, cfgs: list[config.Config], train_fn=train_quiet
     bar.close()
     if failures:
         names = ", ".join(p.name for p, _ in failures)
-        raise RuntimeError(f"{len(failures)} of {len(todo)} runs failed ({names}); the others finished. "
-                           "Failed runs keep their metrics and last checkpoint: rerun to resume them.") \
-            from failures[0][1]
+        raise RuntimeError(
+            f"{len(failures)} of {len(todo)} runs failed ({names}); the others finished. "
+            "Failed runs keep their metrics and last checkpoint: rerun to resume them."
+        ) from failures[0][1]
     return paths
 
 
@@ -215,8 +247,10 @@ def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseEx
         futures = {pool.submit(_train_in_worker, train_fn, cfg, str(path)): path for cfg, path in todo}
         for fut in as_completed(futures):
             if fut.exception() is not None:
-                print(f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last checkpoint "
-                      "are kept: rerun to resume")
+                print(
+                    f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last checkpoint "
+                    "are kept: rerun to resume"
+                )
                 failures.append((futures[fut], fut.exception()))
             bar.update()
     return failures

@@ -42,16 +42,25 @@ class StopOnText:
         hit = torch.zeros_like(live)
         maybe = live & self.candidates.to(new_tokens.device)[new_tokens]
         for i in maybe.nonzero().flatten().tolist():
-            tail = self.tokenizer.decode(tokens[i, -self.tail:].tolist())
+            tail = self.tokenizer.decode(tokens[i, -self.tail :].tolist())
             hit[i] = any(s in tail for s in self.stops)
         return hit
 
 
 @torch.no_grad()
-def generate(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-             eos_token_id: int, pad_token_id: int, stop: StopOnText | None = None,
-             generator: torch.Generator | None = None, group_size: int = 1,
-             kv_cache: str = "dynamic") -> list[list[int]]:
+def generate(
+    model,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    eos_token_id: int,
+    pad_token_id: int,
+    stop: StopOnText | None = None,
+    generator: torch.Generator | None = None,
+    group_size: int = 1,
+    kv_cache: str = "dynamic",
+) -> list[list[int]]:
     """Sample continuations of `prompts` (lists of token ids, any lengths), all in one batch.
 
     Each row stops at `eos_token_id` (kept), at a stop string (kept through the token that
@@ -73,14 +82,21 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, temperatur
     cache = DynamicCache()
     # logits_to_keep=1: the LM head over every prompt position would cost more than the rest of
     # the prefill for a small model with a 49k vocabulary, and only the last position is sampled.
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attn,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     logits = out.logits[:, -1, :].float()  # (P, V)
     if group_size > 1:
         # Prefill is O(P·T²) attention plus O(P·T) MLP: with N samples per prompt, copying the
         # cache rows costs a memcpy where recomputing them would cost N× the prefill.
-        logits, attn, position_ids = (x.repeat_interleave(group_size, dim=0)
-                                      for x in (logits, attn, position_ids))
+        logits, attn, position_ids = (
+            x.repeat_interleave(group_size, dim=0) for x in (logits, attn, position_ids)
+        )
     if kv_cache == "static":
         decode = _StaticDecoder.for_shape(model, B, _bucket(attn.shape[1] + max_new_tokens))
         decode.load(cache, attn, group_size)
@@ -105,7 +121,7 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, temperatur
         tokens[:, i_step] = new
         finished = live & (new == eos_token_id)
         if stop is not None:
-            finished |= stop(tokens[:, :i_step + 1], new, live)
+            finished |= stop(tokens[:, : i_step + 1], new, live)
         lengths = torch.where(finished, i_step + 1, lengths)
         live &= ~finished
         if i_step == max_new_tokens - 1 or not live.any():
@@ -124,8 +140,13 @@ class _DynamicDecoder:
     def __call__(self, new: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         ones = torch.ones((len(new), 1), dtype=self.attn.dtype, device=self.attn.device)
         self.attn = torch.cat([self.attn, ones], dim=1)
-        out = self.model(input_ids=new[:, None], attention_mask=self.attn, position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
+        out = self.model(
+            input_ids=new[:, None],
+            attention_mask=self.attn,
+            position_ids=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
         return out.logits[:, -1, :].float()  # (B, V)
 
 
@@ -162,8 +183,13 @@ class _StaticDecoder:
         self.graph, self.logits = None, None
 
     def _step(self) -> torch.Tensor:
-        out = self.model(input_ids=self.ids, attention_mask=self.attn, position_ids=self.pos,
-                         past_key_values=self.cache, use_cache=True)
+        out = self.model(
+            input_ids=self.ids,
+            attention_mask=self.attn,
+            position_ids=self.pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
         return out.logits[:, -1, :].float()
 
     def load(self, prefill: DynamicCache, attn: torch.Tensor, group_size: int) -> None:
@@ -208,8 +234,11 @@ class _StaticDecoder:
         except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
             self.graph = None
             torch.cuda.synchronize()
-            warnings.warn(f"kv_cache=static: CUDA graph capture failed ({type(e).__name__}: {e}); "
-                          "decoding eagerly over the static cache instead", stacklevel=2)
+            warnings.warn(
+                f"kv_cache=static: CUDA graph capture failed ({type(e).__name__}: {e}); "
+                "decoding eagerly over the static cache instead",
+                stacklevel=2,
+            )
 
     def __call__(self, new: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         self.ids.copy_(new[:, None])
@@ -233,8 +262,8 @@ def _left_pad(prompts: list[list[int]], pad_token_id: int, device) -> tuple[torc
     input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
     attn = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        attn[i, width - len(p):] = 1
+        input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        attn[i, width - len(p) :] = 1
     return input_ids.to(device), attn.to(device)
 
 
@@ -242,5 +271,7 @@ def _check_groups(prompts: list[list[int]], group_size: int) -> None:
     if group_size < 1 or len(prompts) % group_size:
         raise ValueError(f"group_size={group_size} must be ≥ 1 and divide the {len(prompts)} prompts")
     if group_size > 1 and any(prompts[i] != prompts[i - i % group_size] for i in range(len(prompts))):
-        raise ValueError("group_size > 1 shares one prefill per group, but the rows of a group differ; "
-                         "pass group_size=1 (later turns of a multi-turn rollout diverge)")
+        raise ValueError(
+            "group_size > 1 shares one prefill per group, but the rows of a group differ; "
+            "pass group_size=1 (later turns of a multi-turn rollout diverge)"
+        )

@@ -39,51 +39,94 @@ class Metric:
 
 METRICS: dict[str, Metric] = {
     "rollout/success": Metric("success (train)", "fraction of the step's episodes that ended in success"),
-    "rollout/format_valid": Metric("format-valid (train)", "fraction of the step's turns whose answer parsed with only valid actions"),
+    "rollout/format_valid": Metric(
+        "format-valid (train)", "fraction of the step's turns whose answer parsed with only valid actions"
+    ),
     "rollout/truncated": Metric("truncated", "fraction of episodes cut by a turn, action or context budget"),
     "rollout/turns": Metric("turns", "mean turns per episode"),
     "rollout/kept": Metric("episodes kept", "episodes the uncertainty filter kept for the update"),
     "reward/mean": Metric("reward", "mean trajectory reward (env rewards + format terms)"),
     "reward/std": Metric("reward std", "population std of the trajectory rewards"),
-    "reward/group_std": Metric("group reward std", "mean over groups of the std of their raw rewards, before the filter"),
+    "reward/group_std": Metric(
+        "group reward std", "mean over groups of the std of their raw rewards, before the filter"
+    ),
     "reward/group_std_kept": Metric("group reward std (kept)", "the same over the groups the filter kept"),
     "reward/frac_zero_std": Metric("groups with zero std", "fraction of groups whose rewards are all equal"),
     "policy/entropy": Metric("entropy", "mean per-token entropy of the policy on the loss mask"),
-    "policy/kl_ref": Metric("KL to reference", "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update"),
-    "policy/grad_norm": Metric("grad norm", "global gradient norm before clipping (mean over optimizer steps)"),
-    "policy/clip_frac_low": Metric("clip fraction (low)", "fraction of tokens with A<0 and ratio < 1−clip_low"),
-    "policy/clip_frac_high": Metric("clip fraction (high)", "fraction of tokens with A>0 and ratio > 1+clip_high"),
+    "policy/kl_ref": Metric(
+        "KL to reference", "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update"
+    ),
+    "policy/grad_norm": Metric(
+        "grad norm", "global gradient norm before clipping (mean over optimizer steps)"
+    ),
+    "policy/clip_frac_low": Metric(
+        "clip fraction (low)", "fraction of tokens with A<0 and ratio < 1−clip_low"
+    ),
+    "policy/clip_frac_high": Metric(
+        "clip fraction (high)", "fraction of tokens with A>0 and ratio > 1+clip_high"
+    ),
     "policy/approx_kl": Metric("approx KL (old‖new)", "k3 estimate of KL(π_old ‖ π) during the update"),
-    "policy/skipped_steps": Metric("skipped policy steps", "optimizer steps skipped for a non-finite gradient, since the start"),
-    "critic/explained_var": Metric("explained variance", "1 − Var(R − V)/Var(R) of the critic on the loss mask (NaN without a critic)"),
-    "critic/skipped_steps": Metric("skipped critic steps", "critic optimizer steps skipped for a non-finite gradient, since the start"),
+    "policy/skipped_steps": Metric(
+        "skipped policy steps", "optimizer steps skipped for a non-finite gradient, since the start"
+    ),
+    "critic/explained_var": Metric(
+        "explained variance", "1 − Var(R − V)/Var(R) of the critic on the loss mask (NaN without a critic)"
+    ),
+    "critic/skipped_steps": Metric(
+        "skipped critic steps", "critic optimizer steps skipped for a non-finite gradient, since the start"
+    ),
     "loss/policy": Metric("policy loss", "the objective's loss (mean over micro-batches)"),
     "loss/value": Metric("value loss", "the critic's clipped value loss"),
     "loss/apo": Metric("A*-PO loss", "A*-PO's regression loss"),
     "response/length": Metric("response tokens", "generated tokens per turn"),
     "reasoning/length": Metric("reasoning tokens", "tokens of the parsed <think> text per turn"),
     "reasoning/distinct2": Metric("distinct-2", "distinct bigrams / all bigrams of the reasoning texts"),
-    "reasoning/mi": Metric("MI proxy (nats/word)", "mutual-information proxy between initial state and reasoning"),
-    "reasoning/consistency": Metric("consistency bonus", "mean reasoning–action consistency bonus of the kept episodes"),
+    "reasoning/mi": Metric(
+        "MI proxy (nats/word)", "mutual-information proxy between initial state and reasoning"
+    ),
+    "reasoning/consistency": Metric(
+        "consistency bonus", "mean reasoning–action consistency bonus of the kept episodes"
+    ),
     "time/rollout": Metric("rollout s", "seconds generating and stepping the envs"),
     "time/forward": Metric("forward s", "seconds of the no-grad old-policy, reference and critic forwards"),
     "time/update": Metric("update s", "seconds of the mini-batch updates"),
     "time/step": Metric("step s", "seconds of the whole step, validation included"),
     "time/v_star": Metric("V* s", "A*-PO stage 1 seconds", "A*-PO: step 0 and each V* refresh"),
     "throughput/gen_tokens_per_s": Metric("generated tokens/s", "generated tokens / rollout seconds"),
-    "throughput/train_tokens_per_s": Metric("trained tokens/s", "tokens forwarded with gradients / update seconds"),
+    "throughput/train_tokens_per_s": Metric(
+        "trained tokens/s", "tokens forwarded with gradients / update seconds"
+    ),
     "memory/peak_gb": Metric("peak GB", "peak CUDA memory of the step (NaN on CPU)"),
-    "val/success": Metric("success (val)", "success on the fixed validation states at val_temperature", "validation steps"),
-    "val/format_valid": Metric("format-valid (val)", "format-valid rate on the validation states", "validation steps"),
-    "warmup/format_valid_before": Metric("format-valid before warm-up", "first answers on 32 held-out states, before", "step 0 with a warm-up"),
-    "warmup/format_valid_after": Metric("format-valid after warm-up", "the same after the warm-up", "step 0 with a warm-up"),
-    "warmup/success_before": Metric("success before warm-up", "first-answer success on the same states, before", "step 0 with a warm-up"),
-    "warmup/success_after": Metric("success after warm-up", "the same after the warm-up", "step 0 with a warm-up"),
+    "val/success": Metric(
+        "success (val)", "success on the fixed validation states at val_temperature", "validation steps"
+    ),
+    "val/format_valid": Metric(
+        "format-valid (val)", "format-valid rate on the validation states", "validation steps"
+    ),
+    "warmup/format_valid_before": Metric(
+        "format-valid before warm-up", "first answers on 32 held-out states, before", "step 0 with a warm-up"
+    ),
+    "warmup/format_valid_after": Metric(
+        "format-valid after warm-up", "the same after the warm-up", "step 0 with a warm-up"
+    ),
+    "warmup/success_before": Metric(
+        "success before warm-up", "first-answer success on the same states, before", "step 0 with a warm-up"
+    ),
+    "warmup/success_after": Metric(
+        "success after warm-up", "the same after the warm-up", "step 0 with a warm-up"
+    ),
     "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
 }
 #: The update's statistics, one value per micro-batch (grad norm: per optimizer step), averaged per step.
-UPDATE_KEYS = ("loss/policy", "loss/value", "loss/apo", "policy/clip_frac_low", "policy/clip_frac_high",
-               "policy/approx_kl", "policy/grad_norm")
+UPDATE_KEYS = (
+    "loss/policy",
+    "loss/value",
+    "loss/apo",
+    "policy/clip_frac_low",
+    "policy/clip_frac_high",
+    "policy/approx_kl",
+    "policy/grad_norm",
+)
 #: The keys every training step writes (plots and notebooks may rely on them).
 STEP_KEYS = tuple(k for k, m in METRICS.items() if m.when == "every step")
 
@@ -103,8 +146,16 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-def step_metrics(episodes: dict, *, tokenizer, group_std: torch.Tensor, keep: torch.Tensor,
-                 kept_reasoning: torch.Tensor, update: dict[str, list[float]], **measured) -> dict:
+def step_metrics(
+    episodes: dict,
+    *,
+    tokenizer,
+    group_std: torch.Tensor,
+    keep: torch.Tensor,
+    kept_reasoning: torch.Tensor,
+    update: dict[str, list[float]],
+    **measured,
+) -> dict:
     """The step's metric dictionary (every key in `STEP_KEYS`).
 
     `episodes`: every rank's episodes of the step (rewards, success, truncated, num_turns,
@@ -141,10 +192,13 @@ def step_metrics(episodes: dict, *, tokenizer, group_std: torch.Tensor, keep: to
     return m
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, mean=masked_mean) -> float:
+def explained_variance(
+    values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, mean=masked_mean
+) -> float:
     """1 − Var(returns − values) / Var(returns) over the masked tokens: the standard PPO diagnostic of
     the critic (1: perfect, 0: no better than a constant, negative: worse). NaN when the returns do
     not vary. `mean`: a masked mean (a data-parallel one gives the value over every rank's tokens)."""
+
     def var(x):
         return mean((x - mean(x, mask)) ** 2, mask)
 
@@ -163,7 +217,7 @@ def words(text: str) -> list[str]:
 
 def distinct_n(texts: list[str], n: int = 2) -> float:
     """Distinct n-grams / all n-grams, pooled over the batch (Li et al. 2016). 1 = no repetition."""
-    grams = [tuple(w[i:i + n]) for t in texts for w in [words(t)] for i in range(len(w) - n + 1)]
+    grams = [tuple(w[i : i + n]) for t in texts for w in [words(t)] for i in range(len(w) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
@@ -204,7 +258,7 @@ def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def device_name(device) -> str:
-    """"cpu", or the GPU's name ("NVIDIA H100 80GB HBM3"): what a run or a table says it ran on."""
+    """ "cpu", or the GPU's name ("NVIDIA H100 80GB HBM3"): what a run or a table says it ran on."""
     return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"
 
 

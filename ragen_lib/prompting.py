@@ -67,7 +67,9 @@ def parse_response(text: str, env: TextEnv, *, max_actions: int, enable_think: b
     elif invalid:
         shown = ", ".join(repr(p[:40]) for p in invalid[:3])
         reason = f"invalid action(s) {shown}"
-    return ParsedTurn(think, answer, tuple(actions[: max(max_actions, 0)]), not reason, tuple(invalid), reason)
+    return ParsedTurn(
+        think, answer, tuple(actions[: max(max_actions, 0)]), not reason, tuple(invalid), reason
+    )
 
 
 def _split_tags(text: str, enable_think: bool) -> tuple[str, str, str]:
@@ -103,8 +105,9 @@ def action_help(env: TextEnv) -> str:
     return f"Available actions: {listed}\n{budget}"
 
 
-def turn_prompt(turn: int, observation: str, actions_left: int, *, enable_think: bool = True,
-                reward: float | None = None) -> str:
+def turn_prompt(
+    turn: int, observation: str, actions_left: int, *, enable_think: bool = True, reward: float | None = None
+) -> str:
     """The per-turn block. `reward` is the previous turn's reward (None on the first turn)."""
     fmt = THINK_FORMAT if enable_think else NO_THINK_FORMAT
     head = "" if reward is None else f"Reward:\n{reward:g}\n"
@@ -115,9 +118,9 @@ def turn_prompt(turn: int, observation: str, actions_left: int, *, enable_think:
     )
 
 
-def first_user_message(env: TextEnv, observation: str, actions_left: int, *,
-                       enable_think: bool = True) -> str:
-    return (
-        f"{env.instructions}\n{action_help(env)}\n\n"
-        + turn_prompt(1, observation, actions_left, enable_think=enable_think)
+def first_user_message(
+    env: TextEnv, observation: str, actions_left: int, *, enable_think: bool = True
+) -> str:
+    return f"{env.instructions}\n{action_help(env)}\n\n" + turn_prompt(
+        1, observation, actions_left, enable_think=enable_think
     )

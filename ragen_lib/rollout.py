@@ -86,8 +86,12 @@ class Episode:
         """Apply one model response; returns the next user message, or None when done."""
         if self.done:
             raise RuntimeError("episode is over; start a new Episode")
-        parsed = parse_response(response, self.env, max_actions=min(self.per_turn, self.actions_left),
-                                enable_think=self.cfg.enable_think)
+        parsed = parse_response(
+            response,
+            self.env,
+            max_actions=min(self.per_turn, self.actions_left),
+            enable_think=self.cfg.enable_think,
+        )
         env_reward, executed = 0.0, []
         for action in parsed.actions:
             self.observation, r, terminated, truncated, info = self.env.step(action)
@@ -105,8 +109,13 @@ class Episode:
             self.truncated = True
         if self.done:
             return None
-        nxt = turn_prompt(len(self.turns) + 1, self.observation, self.actions_left,
-                          enable_think=self.cfg.enable_think, reward=self.turns[-1].reward)
+        nxt = turn_prompt(
+            len(self.turns) + 1,
+            self.observation,
+            self.actions_left,
+            enable_think=self.cfg.enable_think,
+            reward=self.turns[-1].reward,
+        )
         self.messages.append({"role": "user", "content": nxt})
         return nxt
 
@@ -152,8 +161,10 @@ class RolloutBatch:
                 lines += [f"--- user (turn {turn + 1}) ---", m["content"]]
             else:
                 ok = "valid" if self.turn_format_valid[b][turn] else "INVALID format"
-                lines += [f"--- model (turn {turn + 1}, reward {self.turn_rewards[b][turn]:+g}, {ok}) ---",
-                          m["content"]]
+                lines += [
+                    f"--- model (turn {turn + 1}, reward {self.turn_rewards[b][turn]:+g}, {ok}) ---",
+                    m["content"],
+                ]
                 turn += 1
         outcome = "success" if self.success[b] else ("ended" if self.terminated[b] else "truncated")
         lines.append(f"=== {outcome}: reward {self.rewards[b]:+g} in {turn} turn(s)")
@@ -181,10 +192,10 @@ def _user_turn_suffix(tokenizer, messages: list[dict], ended_with_eos: bool) -> 
     sentinel = "\x00RAGEN_SENTINEL\x00"
     probe = messages[:-2] + [{"role": "assistant", "content": sentinel}, messages[-1]]
     text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-    suffix = text[text.rindex(sentinel) + len(sentinel):]
+    suffix = text[text.rindex(sentinel) + len(sentinel) :]
     eos = tokenizer.eos_token or ""
     if ended_with_eos and eos and suffix.startswith(eos):
-        suffix = suffix[len(eos):]  # the model already closed its turn; do not close it twice
+        suffix = suffix[len(eos) :]  # the model already closed its turn; do not close it twice
     return suffix
 
 
@@ -192,19 +203,35 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def collect(model, tokenizer, env_name: str, seeds: list[int], group_size: int,
-            cfg: RolloutConfig | None = None, *, env_kwargs: dict | None = None,
-            sample_seed: int = 0) -> RolloutBatch:
+def collect(
+    model,
+    tokenizer,
+    env_name: str,
+    seeds: list[int],
+    group_size: int,
+    cfg: RolloutConfig | None = None,
+    *,
+    env_kwargs: dict | None = None,
+    sample_seed: int = 0,
+) -> RolloutBatch:
     """Play len(seeds) groups × group_size samples of `env_name`; a group shares its seed.
 
     Generation for every live episode happens in one batch per turn. `sample_seed` seeds the
     sampling generator, so the same call gives the same batch (temperature 0 ignores it).
     """
     cfg = cfg or RolloutConfig()
-    episodes = [Episode(make(env_name, **(env_kwargs or {})), seed, cfg)
-                for seed in seeds for _ in range(group_size)]
-    tracks = [_TokenTrack(_encode(tokenizer, tokenizer.apply_chat_template(
-        e.messages, tokenize=False, add_generation_prompt=True))) for e in episodes]
+    episodes = [
+        Episode(make(env_name, **(env_kwargs or {})), seed, cfg) for seed in seeds for _ in range(group_size)
+    ]
+    tracks = [
+        _TokenTrack(
+            _encode(
+                tokenizer,
+                tokenizer.apply_chat_template(e.messages, tokenize=False, add_generation_prompt=True),
+            )
+        )
+        for e in episodes
+    ]
     responses: list[list[str]] = [[] for _ in episodes]
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(sample_seed)
@@ -219,10 +246,18 @@ def collect(model, tokenizer, env_name: str, seeds: list[int], group_size: int,
         if not live:
             break
         prompts = [tracks[i].ids for i in live]
-        new = generate(model, prompts, max_new_tokens=cfg.max_new_tokens,
-                       temperature=cfg.temperature, eos_token_id=eos, pad_token_id=pad,
-                       stop=stop, generator=generator, group_size=_shared_group(prompts, group_size),
-                       kv_cache=cfg.kv_cache)
+        new = generate(
+            model,
+            prompts,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            stop=stop,
+            generator=generator,
+            group_size=_shared_group(prompts, group_size),
+            kv_cache=cfg.kv_cache,
+        )
         for i, gen in zip(live, new):
             text = tokenizer.decode(gen, skip_special_tokens=True)
             responses[i].append(tokenizer.decode(gen))
@@ -244,8 +279,11 @@ def _answer_stop(tokenizer) -> StopOnText:
 def _shared_group(prompts: list[list[int]], group_size: int) -> int:
     """group_size when every group's rows are still identical (the first turn: a group shares
     its seed), so generation can prefill each group once; 1 once the samples have diverged."""
-    if group_size > 1 and len(prompts) % group_size == 0 and all(
-            prompts[i] == prompts[i - i % group_size] for i in range(len(prompts))):
+    if (
+        group_size > 1
+        and len(prompts) % group_size == 0
+        and all(prompts[i] == prompts[i - i % group_size] for i in range(len(prompts)))
+    ):
         return group_size
     return 1
 
@@ -265,8 +303,11 @@ def _to_batch(episodes, tracks, responses, group_size, pad) -> RolloutBatch:
         last = max(j for j, m in enumerate(t.mask) if m) if any(t.mask) else n - 1
         token_rewards[b, last] = rewards[b]
     return RolloutBatch(
-        input_ids=input_ids, attention_mask=attention_mask, loss_mask=loss_mask,
-        token_rewards=token_rewards, rewards=rewards,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        token_rewards=token_rewards,
+        rewards=rewards,
         success=torch.tensor([e.success for e in episodes]),
         terminated=torch.tensor([e.terminated for e in episodes]),
         truncated=torch.tensor([e.truncated for e in episodes]),

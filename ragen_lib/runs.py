@@ -38,8 +38,17 @@ def output_root(profile: str) -> Path:
 def git_commit() -> str:
     """Short commit of this checkout, or "unknown" (no git, not a repository)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                              capture_output=True, text=True, check=True, timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=10,
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -90,8 +99,10 @@ class Run:
                 raise FileNotFoundError(f"{self.path} is not a run folder (no config.yaml)")
         elif cfg_file.exists():
             if config.dict_hash(yaml.safe_load(cfg_file.read_text())) != cfg.hash():
-                raise ValueError(f"{cfg_file} holds a different config than this run's; the folder belongs "
-                                 "to another run. Use another root, or delete the folder to start over.")
+                raise ValueError(
+                    f"{cfg_file} holds a different config than this run's; the folder belongs "
+                    "to another run. Use another root, or delete the folder to start over."
+                )
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             _atomic_write(cfg_file, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -114,15 +125,16 @@ class Run:
             # file takes it whole; the loop only covers a short write (a full disk, a signal).
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
 
     def log(self, step: int, metrics: dict) -> None:
         if step <= self.last_step:
-            raise ValueError(f"step {step} already logged in {self.path / 'metrics.jsonl'} "
-                             f"(last step {self.last_step})")
+            raise ValueError(
+                f"step {step} already logged in {self.path / 'metrics.jsonl'} (last step {self.last_step})"
+            )
         self._append("metrics.jsonl", [{"step": step, **metrics}])
         self._last_step = step
 
@@ -147,8 +159,11 @@ class Run:
             except json.JSONDecodeError:
                 raise CorruptRunError(
                     f"{path}, line {i + 1}, is not valid JSON. Remove that line (or everything from it on) "
-                    f"to keep the rest, or delete {self.path} to start the run again.") from None
-        if tail and repair:  # the step in flight when the process died: cut it so the next append starts clean
+                    f"to keep the rest, or delete {self.path} to start the run again."
+                ) from None
+        if (
+            tail and repair
+        ):  # the step in flight when the process died: cut it so the next append starts clean
             with open(path, "r+b") as f:
                 f.truncate(len(complete) + len(newline))
         return rows
@@ -189,8 +204,10 @@ class Run:
         try:
             state = torch.load(newest, map_location="cpu", weights_only=False)
         except Exception as e:
-            raise CorruptRunError(f"checkpoint {newest} cannot be read ({type(e).__name__}: {e}). Delete it: "
-                                  "the run then resumes from an older checkpoint or from the start.") from e
+            raise CorruptRunError(
+                f"checkpoint {newest} cannot be read ({type(e).__name__}: {e}). Delete it: "
+                "the run then resumes from an older checkpoint or from the start."
+            ) from e
         return int(newest.stem.split("_")[1]), state
 
     def truncate_after(self, step: int) -> None:

@@ -57,10 +57,16 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     # The reference is the policy RL starts from (after any warm-up); KL is logged against it.
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     fused = torch.device(device).type == "cuda"
-    opt = torch.optim.AdamW(policy.parameters(), lr=t.actor_lr, betas=t.betas, weight_decay=t.weight_decay,
-                            fused=fused)
-    critic_opt = (torch.optim.AdamW(critic.parameters(), lr=t.critic_lr, betas=t.betas,
-                                    weight_decay=t.weight_decay, fused=fused) if critic else None)
+    opt = torch.optim.AdamW(
+        policy.parameters(), lr=t.actor_lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused
+    )
+    critic_opt = (
+        torch.optim.AdamW(
+            critic.parameters(), lr=t.critic_lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused
+        )
+        if critic
+        else None
+    )
     if state is not None:
         _restore(state, policy, reference, opt, critic, critic_opt)
     ranks.copy_weights(policy, reference, *([critic] if critic else []))  # they agree already: make sure
@@ -77,8 +83,14 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
 
     rows, full = [], None
     group_size = 1 if a.advantage == "apo" else t.group_size  # A*-PO: one sample per state in stage 2
-    bar = tqdm(range(first, t.steps), desc="train", unit="step", initial=first, total=t.steps,
-               disable=not (progress and ranks.main))
+    bar = tqdm(
+        range(first, t.steps),
+        desc="train",
+        unit="step",
+        initial=first,
+        total=t.steps,
+        disable=not (progress and ranks.main),
+    )
     for step in bar:
         t0 = time.perf_counter()
         if device.startswith("cuda"):
@@ -93,29 +105,53 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         block = step - step % t.rollout_reuse
         if full is None or step == block:  # a resumed run re-plays its block's initial states
             if a.advantage == "apo":
-                pick = seeds.step_rng(t.seed, block, seeds.APO_PICK).choice(len(pool), t.groups * t.group_size,
-                                                                             replace=False)
+                pick = seeds.step_rng(t.seed, block, seeds.APO_PICK).choice(
+                    len(pool), t.groups * t.group_size, replace=False
+                )
                 states = [pool[i] for i in pick]
             else:
                 states = seeds.train_seeds(cfg, block)
             policy.eval()
             # Each rank plays its contiguous share of the groups (the states the single-process run
             # plays there) with its own sampling stream.
-            full = collect(policy, tok, cfg.env.name, ranks.shard(states), group_size, cfg.rollout,
-                           env_kwargs=dict(cfg.env.kwargs),
-                           sample_seed=seeds.torch_seed(t.seed, block, seeds.ROLLOUT_SAMPLING) + ranks.rank)
+            full = collect(
+                policy,
+                tok,
+                cfg.env.name,
+                ranks.shard(states),
+                group_size,
+                cfg.rollout,
+                env_kwargs=dict(cfg.env.kwargs),
+                sample_seed=seeds.torch_seed(t.seed, block, seeds.ROLLOUT_SAMPLING) + ranks.rank,
+            )
         t_rollout = time.perf_counter() - t0
         episodes = ranks.cat(_episode_stats(full))  # every rank's episodes, in single-process order
 
         # ---- uncertainty filter (StarPO-S): keep the groups whose raw rewards vary most ----
         # The top-k runs over all ranks' groups, identically on every rank; each keeps its own rows.
         group_std = M.group_reward_std(episodes["rewards"], group_size)
-        keep = A.select_groups(episodes["rewards"], group_size, a.filter_keep, mode=a.filter_mode,
-                               generator=torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.FILTER)))
-        kept = A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()  # (B_all,) global rows
+        keep = A.select_groups(
+            episodes["rewards"],
+            group_size,
+            a.filter_keep,
+            mode=a.filter_mode,
+            generator=torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.FILTER)),
+        )
+        kept = (
+            A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()
+        )  # (B_all,) global rows
         shard = ranks.keep(kept, len(full))
-        data = {k: getattr(full, k)[shard.rows] for k in
-                ("input_ids", "attention_mask", "loss_mask", "token_rewards", "rewards", "reasoning_bonus")}
+        data = {
+            k: getattr(full, k)[shard.rows]
+            for k in (
+                "input_ids",
+                "attention_mask",
+                "loss_mask",
+                "token_rewards",
+                "rewards",
+                "reasoning_bonus",
+            )
+        }
         mask = data["loss_mask"]
 
         # ---- old-policy, reference and critic forwards (no grad, once per batch) ----
@@ -123,43 +159,87 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # log-probs would come from, so they are taken from it (ratio 1, same gradient; TRL and
         # verl do the same). Not when the KL penalty sits in the GAE rewards: they need them first.
         one_step = t.ppo_epochs == 1 and t.mini_batch_size >= shard.total
-        old_from_update = REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward
-                                                                  and a.advantage == "gae")
+        old_from_update = (
+            REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward and a.advantage == "gae")
+        )
         t1 = time.perf_counter()
-        fwd = _no_grad_forwards(data, policy, reference, critic, t.micro_batch_size, device,
-                                with_policy=not old_from_update)
+        fwd = _no_grad_forwards(
+            data, policy, reference, critic, t.micro_batch_size, device, with_policy=not old_from_update
+        )
         kl = A.kl_penalty(fwd["old_logp"], fwd["ref_logp"], kind=a.kl_estimator) * mask  # (B, T)
         t_forward = time.perf_counter() - t1
 
         # ---- advantages (per group on each rank; batch-wide statistics over all ranks) ----
-        v_star_rows = torch.tensor([v_star[full.seeds[i]] for i in shard.rows.tolist()]) \
-            if a.advantage == "apo" else torch.zeros(len(shard))
-        adv, returns = A.ADVANTAGE_ESTIMATORS[a.advantage](A.AdvantageInputs(
-            token_rewards=data["token_rewards"], rewards=data["rewards"], mask=mask, values=fwd["values"], kl=kl,
-            reasoning=data["reasoning_bonus"], v_star=v_star_rows, group_size=group_size, batch=shard), a)
+        v_star_rows = (
+            torch.tensor([v_star[full.seeds[i]] for i in shard.rows.tolist()])
+            if a.advantage == "apo"
+            else torch.zeros(len(shard))
+        )
+        adv, returns = A.ADVANTAGE_ESTIMATORS[a.advantage](
+            A.AdvantageInputs(
+                token_rewards=data["token_rewards"],
+                rewards=data["rewards"],
+                mask=mask,
+                values=fwd["values"],
+                kl=kl,
+                reasoning=data["reasoning_bonus"],
+                v_star=v_star_rows,
+                group_size=group_size,
+                batch=shard,
+            ),
+            a,
+        )
         data.update(fwd, advantages=adv, returns=returns)
 
         # ---- mini-batch updates ----
         t2 = time.perf_counter()
-        update = _update(data, shard, policy, critic, opt, critic_opt, cfg, step, device, skipped,
-                         old_from_update=old_from_update)
+        update = _update(
+            data,
+            shard,
+            policy,
+            critic,
+            opt,
+            critic_opt,
+            cfg,
+            step,
+            device,
+            skipped,
+            old_from_update=old_from_update,
+        )
         t_update = time.perf_counter() - t2
 
         # ---- metrics (names: ragen_lib.metrics.METRICS) over all ranks' episodes; times are this rank's ----
-        m.update(M.step_metrics(
-            episodes, tokenizer=tok, group_std=group_std, keep=keep, kept_reasoning=shard.cat(data["reasoning_bonus"]),
-            update=update,
-            **{"policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
-               "policy/kl_ref": float(ranks.masked_mean(A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1"),
-                                                        mask)),
-               "critic/explained_var": M.explained_variance(data["values"], returns, mask, ranks.masked_mean)
-               if critic else float("nan"),
-               "policy/skipped_steps": skipped["policy"], "critic/skipped_steps": skipped["critic"],
-               "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
-               "throughput/gen_tokens_per_s": int(episodes["gen_tokens"].sum()) / max(t_rollout, 1e-9),
-               "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum())) * t.ppo_epochs
-               / max(t_update, 1e-9),
-               "memory/peak_gb": M.peak_memory_gb(device)}))
+        m.update(
+            M.step_metrics(
+                episodes,
+                tokenizer=tok,
+                group_std=group_std,
+                keep=keep,
+                kept_reasoning=shard.cat(data["reasoning_bonus"]),
+                update=update,
+                **{
+                    "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
+                    "policy/kl_ref": float(
+                        ranks.masked_mean(A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1"), mask)
+                    ),
+                    "critic/explained_var": M.explained_variance(
+                        data["values"], returns, mask, ranks.masked_mean
+                    )
+                    if critic
+                    else float("nan"),
+                    "policy/skipped_steps": skipped["policy"],
+                    "critic/skipped_steps": skipped["critic"],
+                    "time/rollout": t_rollout,
+                    "time/forward": t_forward,
+                    "time/update": t_update,
+                    "throughput/gen_tokens_per_s": int(episodes["gen_tokens"].sum()) / max(t_rollout, 1e-9),
+                    "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum()))
+                    * t.ppo_epochs
+                    / max(t_update, 1e-9),
+                    "memory/peak_gb": M.peak_memory_gb(device),
+                },
+            )
+        )
         if step == first and start is None:
             m.update(warm)
 
@@ -177,15 +257,19 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         if run is not None:
             run.log(step, m)
             if t.samples_every and step % t.samples_every == 0:
-                run.log_samples(step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))])
+                run.log_samples(
+                    step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))]
+                )
             end_of_block = (step + 1) % t.rollout_reuse == 0
             if end_of_block and ((step + 1) % t.checkpoint_every == 0 or step == t.steps - 1):
-                run.save_checkpoint(step, _checkpoint(policy, reference, opt, critic, critic_opt, skipped,
-                                                      v_star, cfg))
+                run.save_checkpoint(
+                    step, _checkpoint(policy, reference, opt, critic, critic_opt, skipped, v_star, cfg)
+                )
     if run is not None and not run.done:
         last = run.metrics()[-1] if run.metrics() else {}
-        run.mark_done({"steps": t.steps, "final": last, "commit": runs.git_commit(),
-                       "device": M.device_name(device)})
+        run.mark_done(
+            {"steps": t.steps, "final": last, "commit": runs.git_commit(), "device": M.device_name(device)}
+        )
     ranks.barrier()  # the others leave once rank 0 has written its last checkpoint
     ranks.close()
     return rows
@@ -194,7 +278,9 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
 # ----------------------------------------------------------------------------------------------
 # The pieces of a step
 # ----------------------------------------------------------------------------------------------
-def _no_grad_forwards(data: dict, policy, reference, critic, micro: int, device, *, with_policy: bool) -> dict:
+def _no_grad_forwards(
+    data: dict, policy, reference, critic, micro: int, device, *, with_policy: bool
+) -> dict:
     """Old-policy log-probs and entropies (unless the update supplies them), reference log-probs and
     critic values of every row, all (B, T) on the CPU, 0 off the loss mask (values: everywhere)."""
     out = {k: torch.zeros_like(data["loss_mask"]) for k in ("old_logp", "ref_logp", "values", "entropy")}
@@ -203,18 +289,32 @@ def _no_grad_forwards(data: dict, policy, reference, critic, micro: int, device,
             mb = _micro(data, rows, device)
             w = mb["input_ids"].shape[1]
             if with_policy:
-                lp, e = models.forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
-                                            with_entropy=True)
+                lp, e = models.forward_logp(
+                    policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"], with_entropy=True
+                )
                 out["old_logp"][rows, :w], out["entropy"][rows, :w] = lp.cpu(), e.cpu()
-            out["ref_logp"][rows, :w] = models.forward_logp(reference, mb["input_ids"], mb["attention_mask"],
-                                                            mb["loss_mask"], with_entropy=False)[0].cpu()
+            out["ref_logp"][rows, :w] = models.forward_logp(
+                reference, mb["input_ids"], mb["attention_mask"], mb["loss_mask"], with_entropy=False
+            )[0].cpu()
             if critic:
                 out["values"][rows, :w] = critic(mb["input_ids"], mb["attention_mask"]).cpu()
     return out
 
 
-def _update(data: dict, shard: Shard, policy, critic, opt, critic_opt, cfg: Config, step: int, device,
-            skipped: dict, *, old_from_update: bool) -> dict[str, list[float]]:
+def _update(
+    data: dict,
+    shard: Shard,
+    policy,
+    critic,
+    opt,
+    critic_opt,
+    cfg: Config,
+    step: int,
+    device,
+    skipped: dict,
+    *,
+    old_from_update: bool,
+) -> dict[str, list[float]]:
     """`ppo_epochs` passes of mini-batch updates over the kept batch; returns the per-micro-batch
     (grad norm: per optimizer step) statistics of all ranks.
 
@@ -238,11 +338,19 @@ def _update(data: dict, shard: Shard, policy, critic, opt, critic_opt, cfg: Conf
             for rows in _chunks(shard.local(mb_rows), t.micro_batch_size):
                 mb = _micro(data, rows, device)
                 token_share = float(mb["loss_mask"].sum()) / n_tok
-                logp, ent = models.forward_logp(policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"],
-                                                with_entropy=a.entropy_coef > 0 or old_from_update)
+                logp, ent = models.forward_logp(
+                    policy,
+                    mb["input_ids"],
+                    mb["attention_mask"],
+                    mb["loss_mask"],
+                    with_entropy=a.entropy_coef > 0 or old_from_update,
+                )
                 if old_from_update:
                     w = mb["input_ids"].shape[1]
-                    data["old_logp"][rows, :w], data["entropy"][rows, :w] = logp.detach().cpu(), ent.detach().cpu()
+                    data["old_logp"][rows, :w], data["entropy"][rows, :w] = (
+                        logp.detach().cpu(),
+                        ent.detach().cpu(),
+                    )
                     mb["old_logp"] = logp.detach()
                 loss, s = objective(logp, mb, a, token_share=token_share, seq_share=len(rows) / len(mb_rows))
                 stats["loss/policy"].append(float(loss.detach()))
@@ -256,8 +364,12 @@ def _update(data: dict, shard: Shard, policy, critic, opt, critic_opt, cfg: Conf
                 loss.backward()
                 if critic:
                     v = critic(mb["input_ids"], mb["attention_mask"])
-                    vl = A.clipped_value_loss(v, mb["values"], mb["returns"], mb["loss_mask"],
-                                              clip=a.value_clip) * token_share
+                    vl = (
+                        A.clipped_value_loss(
+                            v, mb["values"], mb["returns"], mb["loss_mask"], clip=a.value_clip
+                        )
+                        * token_share
+                    )
                     vl.backward()
                     stats["loss/value"].append(float(vl.detach()))
             stats["policy/grad_norm"].append(_step(policy, opt, t.grad_clip, shard, skipped, "policy"))
@@ -299,8 +411,16 @@ def validate(policy, tok, cfg: Config, env_name: str) -> dict:
     kwargs = dict(cfg.env.kwargs) if env_name == cfg.env.name else {}
     success, valid = 0.0, 0.0
     for i in range(0, len(states), VAL_CHUNK):
-        b = collect(policy, tok, env_name, states[i:i + VAL_CHUNK], 1, rcfg, env_kwargs=kwargs,
-                    sample_seed=seeds.VALIDATION_SAMPLING)
+        b = collect(
+            policy,
+            tok,
+            env_name,
+            states[i : i + VAL_CHUNK],
+            1,
+            rcfg,
+            env_kwargs=kwargs,
+            sample_seed=seeds.VALIDATION_SAMPLING,
+        )
         success += float(b.success.float().sum())
         valid += b.format_valid_rate * len(b)
     return {"val/success": success / len(states), "val/format_valid": valid / len(states)}
@@ -319,11 +439,13 @@ def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int) -> dict
     def sample(states: list[int], n: int, salt: int):
         per_call = max(1, 128 // n)
         for k, i in enumerate(range(0, len(states), per_call)):
-            part = states[i:i + per_call]
+            part = states[i : i + per_call]
             seed = seeds.torch_seed(cfg.train.seed, step, seeds.V_STAR_SAMPLING) + 1000 * salt + k
-            b = collect(model, tok, cfg.env.name, part, n, rcfg, env_kwargs=dict(cfg.env.kwargs), sample_seed=seed)
+            b = collect(
+                model, tok, cfg.env.name, part, n, rcfg, env_kwargs=dict(cfg.env.kwargs), sample_seed=seed
+            )
             for j, s in enumerate(part):
-                rewards[s] += b.rewards[j * n:(j + 1) * n].tolist()
+                rewards[s] += b.rewards[j * n : (j + 1) * n].tolist()
 
     sample(pool, n0, 0)
     if a.apo_adaptive:
@@ -374,13 +496,27 @@ def _restore(state: dict, policy, reference, opt, critic, critic_opt) -> None:
 
 def _episode_stats(b: RolloutBatch) -> dict:
     """What the filter and the step metrics need of each episode (small: gathered across ranks)."""
-    return {"rewards": b.rewards, "success": b.success, "truncated": b.truncated, "num_turns": b.num_turns,
-            "gen_tokens": b.loss_mask.sum(1), "seeds": b.seeds, "thinks": b.thinks,
-            "turn_format_valid": b.turn_format_valid}
+    return {
+        "rewards": b.rewards,
+        "success": b.success,
+        "truncated": b.truncated,
+        "num_turns": b.num_turns,
+        "gen_tokens": b.loss_mask.sum(1),
+        "seeds": b.seeds,
+        "thinks": b.thinks,
+        "turn_format_valid": b.turn_format_valid,
+    }
 
 
 def _sample(b: RolloutBatch, i: int, cfg: Config) -> dict:
-    return {"env": cfg.env.name, "seed": b.seeds[i], "group": int(b.group_ids[i]),
-            "reward": float(b.rewards[i]), "success": bool(b.success[i]),
-            "format_valid": b.turn_format_valid[i], "thinks": b.thinks[i], "responses": b.responses[i],
-            "transcript": b.transcript(i)}
+    return {
+        "env": cfg.env.name,
+        "seed": b.seeds[i],
+        "group": int(b.group_ids[i]),
+        "reward": float(b.rewards[i]),
+        "success": bool(b.success[i]),
+        "format_valid": b.turn_format_valid[i],
+        "thinks": b.thinks[i],
+        "responses": b.responses[i],
+        "transcript": b.transcript(i),
+    }

@@ -51,8 +51,16 @@ def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
         for i in tqdm(range(t.warmup_steps), desc="warm-up (self)", disable=not progress):
             states = seeds.draw_states(t.seed, -100 - i, seeds.TRAIN_STATES, t.groups)
             policy.eval()
-            b = collect(policy, tok, cfg.env.name, states, max(1, t.warmup_episodes // len(states)), rcfg,
-                        env_kwargs=dict(cfg.env.kwargs), sample_seed=seeds.SELF_WARMUP_SAMPLING + i)
+            b = collect(
+                policy,
+                tok,
+                cfg.env.name,
+                states,
+                max(1, t.warmup_episodes // len(states)),
+                rcfg,
+                env_kwargs=dict(cfg.env.kwargs),
+                sample_seed=seeds.SELF_WARMUP_SAMPLING + i,
+            )
             policy.train()
             good = _valid_first_turns(b)
             kept += len(good)
@@ -60,9 +68,13 @@ def warmup(policy, tok, cfg: Config, device, progress: bool = False) -> dict:
                 sft_step(policy, opt, good, device, t.micro_batch_size)
     policy.eval()
     after, success_after = first_turn_probe(policy, tok, cfg, probe)
-    return {"warmup/format_valid_before": before, "warmup/format_valid_after": after,
-            "warmup/success_before": success_before, "warmup/success_after": success_after,
-            "warmup/examples": kept}
+    return {
+        "warmup/format_valid_before": before,
+        "warmup/format_valid_after": after,
+        "warmup/success_before": success_before,
+        "warmup/success_after": success_after,
+        "warmup/examples": kept,
+    }
 
 
 def first_turn_probe(policy, tok, cfg: Config, states: list[int]) -> tuple[float, float]:
@@ -70,8 +82,16 @@ def first_turn_probe(policy, tok, cfg: Config, states: list[int]) -> tuple[float
     warm-up's yardstick. Success after a `format` warm-up shows what the model brings to RL
     (on Bandit, its arm preference) that the warm-up's random actions did not teach."""
     rcfg = dataclasses.replace(cfg.rollout, max_turns=1)
-    b = collect(policy, tok, cfg.env.name, states, 1, rcfg, env_kwargs=dict(cfg.env.kwargs),
-                sample_seed=seeds.PROBE_SAMPLING)
+    b = collect(
+        policy,
+        tok,
+        cfg.env.name,
+        states,
+        1,
+        rcfg,
+        env_kwargs=dict(cfg.env.kwargs),
+        sample_seed=seeds.PROBE_SAMPLING,
+    )
     return b.format_valid_rate, float(b.success.float().mean())
 
 
@@ -97,14 +117,23 @@ def expert_dataset(tok, cfg: Config, states: list[int], random_actions: bool = F
                 if shadow.step(a)[2]:
                     break
             answer = " || ".join(acts)
-            think = (f"I will try: {', '.join(acts)}." if random_actions else
-                     f"The shortest way to the goal from here is: {', '.join(acts)}.")
-            text = f"<think>{think}</think><answer>{answer}</answer>" if cfg.rollout.enable_think \
+            think = (
+                f"I will try: {', '.join(acts)}."
+                if random_actions
+                else f"The shortest way to the goal from here is: {', '.join(acts)}."
+            )
+            text = (
+                f"<think>{think}</think><answer>{answer}</answer>"
+                if cfg.rollout.enable_think
                 else f"<answer>{answer}</answer>"
+            )
             prompt = tok.apply_chat_template(ep.messages, tokenize=False, add_generation_prompt=True)
-            rows.append({"prompt_ids": tok(prompt, add_special_tokens=False)["input_ids"],
-                         "response_ids": tok(text, add_special_tokens=False)["input_ids"]
-                         + [tok.eos_token_id]})
+            rows.append(
+                {
+                    "prompt_ids": tok(prompt, add_special_tokens=False)["input_ids"],
+                    "response_ids": tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id],
+                }
+            )
             ep.step(text)
     return Dataset.from_list(rows)
 
@@ -115,14 +144,14 @@ def sft_step(policy, opt, examples: list[dict], device, micro: int) -> float:
     total = sum(len(e["response_ids"]) for e in examples)
     loss_sum = 0.0
     for i in range(0, len(examples), micro):
-        part = examples[i:i + micro]
+        part = examples[i : i + micro]
         seqs = [e["prompt_ids"] + e["response_ids"] for e in part]
         width = max(map(len, seqs))
         ids = torch.zeros((len(seqs), width), dtype=torch.long)
         attn, mask = torch.zeros_like(ids), torch.zeros((len(seqs), width))
         for j, (e, s) in enumerate(zip(part, seqs)):
-            ids[j, :len(s)], attn[j, :len(s)] = torch.tensor(s), 1
-            mask[j, len(e["prompt_ids"]):len(s)] = 1
+            ids[j, : len(s)], attn[j, : len(s)] = torch.tensor(s), 1
+            mask[j, len(e["prompt_ids"]) : len(s)] = 1
         ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
         logp, _ = forward_logp(policy, ids, attn, mask, with_entropy=False)
         loss = -(logp * mask).sum() / total
@@ -140,6 +169,6 @@ def _valid_first_turns(b: RolloutBatch) -> list[dict]:
         if not b.turn_format_valid[i][0]:
             continue
         first = int(b.loss_mask[i].bool().nonzero()[0])
-        ids = b.input_ids[i, :int(b.attention_mask[i].sum())].tolist()
+        ids = b.input_ids[i, : int(b.attention_mask[i].sum())].tolist()
         out.append({"prompt_ids": ids[:first], "response_ids": ids[first:]})
     return out

@@ -19,17 +19,17 @@ def test_gae_skips_observation_tokens_by_hand():
     # γ = λ = 1: A_4 = 1 − .4 = .6; A_2 = (0 + .4 − .2) + .6 = .8; A_1 = (0 + .2 − .5) + .8 = .5
     mask = t(0, 1, 1, 0, 1)[None]
     rewards = t(0, 0, 0, 0, 1)[None]
-    values = t(9, .5, .2, 9, .4)[None]  # 9s sit on observation tokens and must be ignored
+    values = t(9, 0.5, 0.2, 9, 0.4)[None]  # 9s sit on observation tokens and must be ignored
     adv, ret = A.gae(rewards, values, mask)
-    assert_close(adv, t(0, .5, .8, 0, .6)[None])
+    assert_close(adv, t(0, 0.5, 0.8, 0, 0.6)[None])
     assert_close(ret, t(0, 1.0, 1.0, 0, 1.0)[None])  # returns = A + V = 1 everywhere (γ = 1)
 
 
 def test_gae_discount_by_hand():
     # two policy tokens, γ = .5, λ = .5, V = (1, 2), r = (0, 4):
     # δ_2 = 4 − 2 = 2; δ_1 = 0 + .5·2 − 1 = 0; A_2 = 2; A_1 = 0 + .25·2 = .5
-    adv, _ = A.gae(t(0, 4)[None], t(1, 2)[None], t(1, 1)[None], gamma=.5, lam=.5)
-    assert_close(adv, t(.5, 2)[None])
+    adv, _ = A.gae(t(0, 4)[None], t(1, 2)[None], t(1, 1)[None], gamma=0.5, lam=0.5)
+    assert_close(adv, t(0.5, 2)[None])
 
 
 def _gae_loop(r, v, m, gamma, lam):
@@ -45,10 +45,10 @@ def _gae_loop(r, v, m, gamma, lam):
     return out
 
 
-@pytest.mark.parametrize("gamma, lam", [(1, 1), (.9, .95), (.5, 0)])
+@pytest.mark.parametrize("gamma, lam", [(1, 1), (0.9, 0.95), (0.5, 0)])
 def test_gae_matches_plain_loop(gamma, lam):
     g = torch.Generator().manual_seed(0)
-    m = (torch.rand(4, 12, generator=g) > .4).float()
+    m = (torch.rand(4, 12, generator=g) > 0.4).float()
     r = torch.randn(4, 12, generator=g) * m
     v = torch.randn(4, 12, generator=g)
     assert_close(A.gae(r, v, m, gamma, lam)[0], _gae_loop(r, v, m, gamma, lam))
@@ -64,7 +64,7 @@ def test_whiten_over_mask_only():
 def test_grpo_by_hand():
     # group 1: (1, 0, 0, 1) mean .5, unbiased std sqrt(1/3) = .57735 → ±.866; group 2 constant → 0
     adv = A.grpo_advantages(t(1, 0, 0, 1, 2, 2, 2, 2), 4, eps=0)
-    s = .5 / math.sqrt(1 / 3)
+    s = 0.5 / math.sqrt(1 / 3)
     assert_close(adv[:4], t(s, -s, -s, s))
     assert torch.isfinite(A.grpo_advantages(t(2, 2, 2, 2), 4)).all()
     assert_close(A.grpo_advantages(t(1, 3), 2, scale=False), t(-1, 1))  # mean only
@@ -77,15 +77,15 @@ def test_policy_loss_at_ratio_one_is_minus_mean_advantage_and_gradient():
     logp = torch.zeros(1, 3, requires_grad=True)
     adv, mask = t(1, -2, 5)[None], t(1, 1, 0)[None]
     loss, stats = A.clipped_policy_loss(logp, torch.zeros(1, 3), adv, mask)
-    assert_close(loss, torch.tensor(.5))  # −(1 − 2)/2
+    assert_close(loss, torch.tensor(0.5))  # −(1 − 2)/2
     loss.backward()
-    assert_close(logp.grad, t(-.5, 1, 0)[None])  # −A/n on policy tokens, 0 elsewhere
+    assert_close(logp.grad, t(-0.5, 1, 0)[None])  # −A/n on policy tokens, 0 elsewhere
     assert float(stats["clip_frac_low"]) == float(stats["clip_frac_high"]) == 0
 
 
 def test_clip_higher_caps_positive_advantage_and_kills_its_gradient():
     logp = torch.log(t(1.5))[None].requires_grad_()
-    loss, stats = A.clipped_policy_loss(logp, torch.zeros(1, 1), t(2)[None], t(1)[None], clip_high=.28)
+    loss, stats = A.clipped_policy_loss(logp, torch.zeros(1, 1), t(2)[None], t(1)[None], clip_high=0.28)
     assert_close(loss, torch.tensor(-1.28 * 2))
     loss.backward()
     assert float(logp.grad) == 0 and float(stats["clip_frac_high"]) == 1
@@ -95,10 +95,11 @@ def test_decoupled_clips_hit_different_tokens():
     # ratios .7, 1.25, 1.25 with advantages −1, +1, +1; clip_low .2 (bound .8), clip_high .28 (1.28)
     # token 1: ρ < .8 and A < 0 → clipped low, loss −min(−.7, −.8) = .8
     # tokens 2, 3: ρ = 1.25 < 1.28 → not clipped, loss −1.25 each → mean (.8 − 2.5)/3
-    logp = torch.log(t(.7, 1.25, 1.25))[None]
-    loss, s = A.clipped_policy_loss(logp, torch.zeros(1, 3), t(-1, 1, 1)[None], torch.ones(1, 3),
-                                    clip_low=.2, clip_high=.28)
-    assert_close(loss, torch.tensor((.8 - 2.5) / 3))
+    logp = torch.log(t(0.7, 1.25, 1.25))[None]
+    loss, s = A.clipped_policy_loss(
+        logp, torch.zeros(1, 3), t(-1, 1, 1)[None], torch.ones(1, 3), clip_low=0.2, clip_high=0.28
+    )
+    assert_close(loss, torch.tensor((0.8 - 2.5) / 3))
     assert_close(s["clip_frac_low"], torch.tensor(1 / 3))
     assert float(s["clip_frac_high"]) == 0
     loss2, s2 = A.clipped_policy_loss(logp, torch.zeros(1, 3), t(-1, 1, 1)[None], torch.ones(1, 3))
@@ -109,30 +110,31 @@ def test_seq_mean_token_mean_aggregation():
     # row 1: tokens with A 1, 1 → −1; row 2: one token A 4 → −4; seq-mean −2.5, token-mean −2
     logp = torch.zeros(2, 2)
     adv, mask = t(1, 1, 4, 0).view(2, 2), t(1, 1, 1, 0).view(2, 2)
-    assert_close(A.clipped_policy_loss(logp, logp, adv, mask, agg="seq-mean-token-mean")[0],
-                 torch.tensor(-2.5))
+    assert_close(
+        A.clipped_policy_loss(logp, logp, adv, mask, agg="seq-mean-token-mean")[0], torch.tensor(-2.5)
+    )
     assert_close(A.clipped_policy_loss(logp, logp, adv, mask)[0], torch.tensor(-2.0))
 
 
 def test_value_loss_clip_by_hand():
     # old .0, new 1.0, return 2, clip .5: unclipped (1−2)² = 1, clipped (.5−2)² = 2.25 → .5·2.25
-    loss = A.clipped_value_loss(t(1)[None], t(0)[None], t(2)[None], t(1)[None], clip=.5)
+    loss = A.clipped_value_loss(t(1)[None], t(0)[None], t(2)[None], t(1)[None], clip=0.5)
     assert_close(loss, torch.tensor(1.125))
 
 
 # --- KL, entropy, log-probs ------------------------------------------------------------------
 def test_kl_estimators_by_hand():
     # d = log π − log π_ref = ln 2: k1 = .6931, k2 = .2402, k3 = 1/2 − 1 + .6931 = .1931
-    lp, ref = torch.log(t(.5)), torch.log(t(.25))
+    lp, ref = torch.log(t(0.5)), torch.log(t(0.25))
     assert_close(A.kl_penalty(lp, ref, "k1"), torch.log(t(2)))
-    assert_close(A.kl_penalty(lp, ref, "k2"), .5 * torch.log(t(2)) ** 2)
-    assert_close(A.kl_penalty(lp, ref, "k3"), t(.5 - 1 + math.log(2)))
+    assert_close(A.kl_penalty(lp, ref, "k2"), 0.5 * torch.log(t(2)) ** 2)
+    assert_close(A.kl_penalty(lp, ref, "k3"), t(0.5 - 1 + math.log(2)))
     with pytest.raises(ValueError, match="k3"):
         A.kl_penalty(lp, ref, "k4")
 
 
 def test_k1_and_k3_average_to_the_true_kl():
-    p, q = t(.7, .3), t(.4, .6)
+    p, q = t(0.7, 0.3), t(0.4, 0.6)
     true = float((p * (p / q).log()).sum())
     x = torch.multinomial(p, 200_000, replacement=True, generator=torch.Generator().manual_seed(0))
     lp, lq = p.log()[x], q.log()[x]
@@ -161,13 +163,13 @@ def test_token_logprobs_match_loop():
 def test_select_groups_top_bottom_random():
     # group stds (population): g0 (0,0) 0; g1 (0,1) .5; g2 (0,4) 2; g3 (1,1) 0
     r = t(0, 0, 0, 1, 0, 4, 1, 1)
-    assert A.select_groups(r, 2, .5).tolist() == [1, 2]
-    assert A.select_groups(r, 2, .25).tolist() == [2]
-    assert A.select_groups(r, 2, .5, mode="bottom").tolist() == [0, 3]  # tie → lower index first
-    assert A.select_groups(r, 2, .75).tolist() == [0, 1, 2]  # of the zero-std pair, g0 stays
-    rnd = A.select_groups(r, 2, .5, mode="random", generator=torch.Generator().manual_seed(0))
+    assert A.select_groups(r, 2, 0.5).tolist() == [1, 2]
+    assert A.select_groups(r, 2, 0.25).tolist() == [2]
+    assert A.select_groups(r, 2, 0.5, mode="bottom").tolist() == [0, 3]  # tie → lower index first
+    assert A.select_groups(r, 2, 0.75).tolist() == [0, 1, 2]  # of the zero-std pair, g0 stays
+    rnd = A.select_groups(r, 2, 0.5, mode="random", generator=torch.Generator().manual_seed(0))
     assert len(rnd) == 2 and rnd.tolist() == sorted(rnd.tolist())
-    assert A.select_groups(r, 2, .01).numel() == 1  # at least one group
+    assert A.select_groups(r, 2, 0.01).numel() == 1  # at least one group
     assert A.expand_group_mask(torch.tensor([1]), 4, 2).tolist() == [False, False, True, True] + [False] * 4
     with pytest.raises(ValueError, match="keep_fraction"):
         A.select_groups(r, 2, 0)
@@ -177,18 +179,18 @@ def test_select_groups_top_bottom_random():
 def test_v_star_by_hand_and_limits():
     # r = (0, 1), β1 = 1: ln((1 + e)/2) = .6201
     assert_close(A.apo_v_star(t(0, 1)[None], beta1=1.0), t(math.log((1 + math.e) / 2)))
-    r = t(0, .2, 1, .5)[None]
+    r = t(0, 0.2, 1, 0.5)[None]
     assert float(A.apo_v_star(r, beta1=1e-3)) == pytest.approx(1, abs=1e-2)  # → max
-    assert float(A.apo_v_star(r, beta1=1e4)) == pytest.approx(.425, abs=1e-3)  # → mean
-    v = float(A.apo_v_star(r, beta1=.5))
-    assert .425 < v < 1
+    assert float(A.apo_v_star(r, beta1=1e4)) == pytest.approx(0.425, abs=1e-3)  # → mean
+    v = float(A.apo_v_star(r, beta1=0.5))
+    assert 0.425 < v < 1
 
 
 def test_apo_loss_by_hand_and_gradient_sign():
     # β2 = .1, log-ratio 2 → .2; r − V* = 1 − .5 = .5; residual −.3 → loss .09
     lp = t(2.0).requires_grad_()
-    loss, stats = A.apo_loss(lp, t(0.0), t(1.0), t(.5), beta2=.1)
-    assert_close(loss, torch.tensor(.09))
+    loss, stats = A.apo_loss(lp, t(0.0), t(1.0), t(0.5), beta2=0.1)
+    assert_close(loss, torch.tensor(0.09))
     loss.backward()
     assert float(lp.grad) < 0  # descending the loss raises log π when r > V* + β2·log-ratio
     assert_close(A.sequence_logprob(t(1, 2, 3)[None], t(0, 1, 1)[None]), t(5))
@@ -196,10 +198,14 @@ def test_apo_loss_by_hand_and_gradient_sign():
 
 def test_mix_reasoning_advantage_by_hand():
     # env (0, 1) → z (−1, 1); reasoning (0, .2) → z (−1, 1); λ = .4 → (−1.4, 1.4)
-    assert_close(A.mix_reasoning_advantage(t(0, 1), t(0, .2)), t(-1.4, 1.4), atol=1e-6, rtol=0)
+    assert_close(A.mix_reasoning_advantage(t(0, 1), t(0, 0.2)), t(-1.4, 1.4), atol=1e-6, rtol=0)
     # within groups of 2: (0, 1 | 5, 5) → (−1, 1 | 0, 0); reasoning all equal → 0
-    assert_close(A.mix_reasoning_advantage(t(0, 1, 5, 5), t(.1, .1, .1, .1), group_size=2),
-                 t(-1, 1, 0, 0), atol=1e-6, rtol=0)
+    assert_close(
+        A.mix_reasoning_advantage(t(0, 1, 5, 5), t(0.1, 0.1, 0.1, 0.1), group_size=2),
+        t(-1, 1, 0, 0),
+        atol=1e-6,
+        rtol=0,
+    )
 
 
 # --- edge cases and extra hand checks ------------------------------------------------------------
@@ -218,11 +224,11 @@ def test_whiten_without_mean_shift():
 
 def test_gae_returns_and_empty_rows_match_loop():
     g = torch.Generator().manual_seed(3)
-    m = (torch.rand(3, 9, generator=g) > .5).float()
+    m = (torch.rand(3, 9, generator=g) > 0.5).float()
     m[1] = 0  # a row with no policy tokens
     r, v = torch.randn(3, 9, generator=g) * m, torch.randn(3, 9, generator=g)
-    adv, ret = A.gae(r, v, m, gamma=.95, lam=.9)
-    ref = _gae_loop(r, v, m, .95, .9)
+    adv, ret = A.gae(r, v, m, gamma=0.95, lam=0.9)
+    ref = _gae_loop(r, v, m, 0.95, 0.9)
     assert_close(adv, ref)
     assert_close(ret, (ref + v) * m)
     assert (adv[1] == 0).all() and (ret[1] == 0).all()
@@ -238,12 +244,12 @@ def test_grpo_edge_cases():
 def test_policy_loss_broadcasts_sequence_advantages_and_approx_kl():
     # ρ = (2, .5) on one row, A = 1 (broadcast): clip at .8/1.2 → −min(2, 1.2) = −1.2, −min(.5, .8) = −.5
     # loss −(1.2 + .5)/2 = −.85; k3 = ((2 − 1) − ln 2 + (.5 − 1) − ln .5)/2 = (1 − .5)/2 = .25
-    logp = torch.log(t(2, .5))[None]
+    logp = torch.log(t(2, 0.5))[None]
     loss, s = A.clipped_policy_loss(logp, torch.zeros(1, 2), t(1), torch.ones(1, 2))
-    assert_close(loss, torch.tensor(-.85))
-    assert_close(s["approx_kl"], torch.tensor(.25))
+    assert_close(loss, torch.tensor(-0.85))
+    assert_close(s["approx_kl"], torch.tensor(0.25))
     assert_close(s["ratio_mean"], torch.tensor(1.25))
-    assert_close(s["clip_frac_high"], torch.tensor(.5))
+    assert_close(s["clip_frac_high"], torch.tensor(0.5))
     assert float(s["clip_frac_low"]) == 0  # ρ = .5 < .8 but A > 0: the min keeps ρ·A, no clip
     with pytest.raises(ValueError, match="token-mean"):
         A.clipped_policy_loss(logp, logp, t(1), torch.ones(1, 2), agg="sum")
@@ -253,11 +259,12 @@ def test_value_loss_takes_the_larger_term_per_token():
     # old 0, new .9, return 2, clip .5: (.9 − 2)² = 1.21, clipped (.5 − 2)² = 2.25 → .5·2.25
     # old 0, new 3, return 2: (3 − 2)² = 1, clipped (.5 − 2)² = 2.25 → max 2.25 too;
     # old 0, new −1, return −2: (−1 + 2)² = 1, clipped (−.5 + 2)² = 2.25; mask drops a 4th token
-    loss = A.clipped_value_loss(t(.9, 3, -1, 7)[None], torch.zeros(1, 4), t(2, 2, -2, 0)[None],
-                                t(1, 1, 1, 0)[None], clip=.5)
+    loss = A.clipped_value_loss(
+        t(0.9, 3, -1, 7)[None], torch.zeros(1, 4), t(2, 2, -2, 0)[None], t(1, 1, 1, 0)[None], clip=0.5
+    )
     assert_close(loss, torch.tensor(1.125))
     # inside the clip range the loss is plain ½(v − R)²: v .2 (old 0), R 1 → ½·.64 = .32
-    assert_close(A.clipped_value_loss(t(.2)[None], t(0)[None], t(1)[None], t(1)[None]), torch.tensor(.32))
+    assert_close(A.clipped_value_loss(t(0.2)[None], t(0)[None], t(1)[None], t(1)[None]), torch.tensor(0.32))
 
 
 def test_entropy_with_masked_vocabulary_is_finite():
@@ -269,23 +276,23 @@ def test_entropy_with_masked_vocabulary_is_finite():
 def test_select_groups_ties_random_and_errors():
     # stds: g0 .5, g1 .5, g2 0, g3 .5 → top-2 picks the lower-indexed tied pair g0, g1
     r = t(0, 1, 2, 3, 5, 5, 7, 8)
-    assert A.select_groups(r, 2, .5).tolist() == [0, 1]
-    assert A.select_groups(r, 2, .25, mode="bottom").tolist() == [2]
+    assert A.select_groups(r, 2, 0.5).tolist() == [0, 1]
+    assert A.select_groups(r, 2, 0.25, mode="bottom").tolist() == [2]
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    a = A.select_groups(r, 2, .75, mode="random", generator=g1)
-    assert a.tolist() == A.select_groups(r, 2, .75, mode="random", generator=g2).tolist()  # reproducible
+    a = A.select_groups(r, 2, 0.75, mode="random", generator=g1)
+    assert a.tolist() == A.select_groups(r, 2, 0.75, mode="random", generator=g2).tolist()  # reproducible
     assert len(set(a.tolist())) == 3 and a.dtype == torch.long  # without replacement
     with pytest.raises(ValueError, match="mode"):
-        A.select_groups(r, 2, .5, mode="middle")
+        A.select_groups(r, 2, 0.5, mode="middle")
     with pytest.raises(ValueError, match="divisible"):
-        A.select_groups(r, 3, .5)
+        A.select_groups(r, 3, 0.5)
     with pytest.raises(ValueError, match="keep_fraction"):
         A.select_groups(r, 2, 1.5)
 
 
 def test_v_star_between_min_and_max():
     r = torch.rand(6, 5, generator=torch.Generator().manual_seed(2))
-    for beta1 in (1e-2, .1, .5, 2.0, 50.0):
+    for beta1 in (1e-2, 0.1, 0.5, 2.0, 50.0):
         v = A.apo_v_star(r, beta1=beta1)
         assert (v <= r.max(1).values + 1e-6).all() and (v >= r.min(1).values - 1e-6).all()
         assert (v >= r.mean(1) - 1e-6).all()  # Jensen: the soft max is at least the mean
@@ -294,12 +301,12 @@ def test_v_star_between_min_and_max():
 def test_apo_gradient_lowers_logp_when_reward_below_v_star():
     # β2 = .1, log-ratio 0; r − V* = 0 − .5 = −.5; residual .5 → loss .25, d/dlogp = 2·.5·.1 = .1 > 0
     lp = t(0.0).requires_grad_()
-    loss, s = A.apo_loss(lp, t(0.0), t(0.0), t(.5), beta2=.1)
+    loss, s = A.apo_loss(lp, t(0.0), t(0.0), t(0.5), beta2=0.1)
     loss.backward()
-    assert_close(loss, torch.tensor(.25))
-    assert_close(lp.grad, t(.1))  # descent lowers log π
-    assert_close(s["apo/adv_mean"], torch.tensor(-.5))
-    assert_close(s["apo/residual_mean"], torch.tensor(.5))
+    assert_close(loss, torch.tensor(0.25))
+    assert_close(lp.grad, t(0.1))  # descent lowers log π
+    assert_close(s["apo/adv_mean"], torch.tensor(-0.5))
+    assert_close(s["apo/residual_mean"], torch.tensor(0.5))
 
 
 def test_zscore_by_hand():

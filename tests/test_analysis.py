@@ -37,8 +37,14 @@ def test_late_early_mean_and_slope():
 
 
 def test_series_and_late_table_average_seeds_per_step_first():
-    df = pd.DataFrame({"step": [0, 1, 0, 1, 0, 1], "seed": [0, 0, 1, 1, 0, 0], "v": ["a", "a", "a", "a", "b", "b"],
-                       "rollout/success": [0.0, 1.0, 0.0, 0.0, 1.0, 1.0]})
+    df = pd.DataFrame(
+        {
+            "step": [0, 1, 0, 1, 0, 1],
+            "seed": [0, 0, 1, 1, 0, 0],
+            "v": ["a", "a", "a", "a", "b", "b"],
+            "rollout/success": [0.0, 1.0, 0.0, 0.0, 1.0, 1.0],
+        }
+    )
     assert list(analysis.series(df, "rollout/success", v="a")) == [0.0, 0.5]
     table = analysis.late_table(df, "rollout/success", "v").set_index("v")["late rollout/success"]
     assert table["a"] == 0.5 and table["b"] == 1.0  # last third of 2 steps = the last step
@@ -47,10 +53,12 @@ def test_series_and_late_table_average_seeds_per_step_first():
 
 
 def test_early_late_reasoning_prefers_a_seed_logged_at_both_steps():
-    rows = [{"run_id": "r", "step": 0, "seed": 5, "reward": 0.0, "thinks": ["first A"]},
-            {"run_id": "r", "step": 0, "seed": 7, "reward": 1.0, "thinks": ["first B"]},
-            {"run_id": "r", "step": 9, "seed": 9, "reward": 0.0, "thinks": [None]},
-            {"run_id": "r", "step": 9, "seed": 7, "reward": 1.0, "thinks": ["late B"]}]
+    rows = [
+        {"run_id": "r", "step": 0, "seed": 5, "reward": 0.0, "thinks": ["first A"]},
+        {"run_id": "r", "step": 0, "seed": 7, "reward": 1.0, "thinks": ["first B"]},
+        {"run_id": "r", "step": 9, "seed": 9, "reward": 0.0, "thinks": [None]},
+        {"run_id": "r", "step": 9, "seed": 7, "reward": 1.0, "thinks": ["late B"]},
+    ]
     t = analysis.early_late_reasoning(pd.DataFrame(rows))
     assert list(t["seed"]) == [7, 7] and list(t["reasoning"]) == ["first B", "late B"]
     assert list(t["when"]) == ["early", "late"]
@@ -58,7 +66,9 @@ def test_early_late_reasoning_prefers_a_seed_logged_at_both_steps():
 
 def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
-    v = analysis.Verdict("09_x", "a claim", analysis.NOT_REPRODUCED, {"k": 0.25, "extra": 3}, {"k": 0.5}, "why")
+    v = analysis.Verdict(
+        "09_x", "a claim", analysis.NOT_REPRODUCED, {"k": 0.25, "extra": 3}, {"k": 0.5}, "why"
+    )
     out = v.write("smoke", wall_s=12.0)
     assert out == tmp_path / "smoke" / "verdicts" / "09_x.json"
     data = json.loads(out.read_text())

@@ -22,7 +22,8 @@ def test_arm_order_shuffled_across_seeds_and_fixed_per_seed():
 
 def test_no_shuffle_keeps_the_given_order():
     assert {BanditEnv(shuffle=False).reset(seed=s)[0] for s in range(20)} == {
-        "Arms: Phoenix, Dragon. Which arm do you pull?"}
+        "Arms: Phoenix, Dragon. Which arm do you pull?"
+    }
 
 
 def test_actions_and_instructions_exist_before_reset():
@@ -57,9 +58,14 @@ def test_success_iff_high_arm_chosen_whatever_it_paid():
     assert info == {"success": False, "arm": "low"} and term and r == 0.15
 
 
-@pytest.mark.parametrize("variant, high, low", [("bandit", "Dragon", "Phoenix"),
-                                                ("bandit-heldout", "Librarian", "Trader"),
-                                                ("bandit-rev", "Phoenix", "Dragon")])
+@pytest.mark.parametrize(
+    "variant, high, low",
+    [
+        ("bandit", "Dragon", "Phoenix"),
+        ("bandit-heldout", "Librarian", "Trader"),
+        ("bandit-rev", "Phoenix", "Dragon"),
+    ],
+)
 def test_variants_have_the_right_high_arm(variant, high, low):
     env = BanditEnv(**VARIANTS[variant])
     env.reset(seed=0)
@@ -74,7 +80,11 @@ def test_variants_are_the_three_registered():
 
 
 def test_single_turn_single_action():
-    assert (BanditEnv.max_turns, BanditEnv.max_actions_per_turn, BanditEnv.max_actions_per_episode) == (1, 1, 1)
+    assert (BanditEnv.max_turns, BanditEnv.max_actions_per_turn, BanditEnv.max_actions_per_episode) == (
+        1,
+        1,
+        1,
+    )
 
 
 def test_parse_action_ignores_case():
@@ -93,8 +103,10 @@ def test_unknown_action_lists_the_arms():
     assert "Dragon" in str(e.value)
 
 
-@pytest.mark.parametrize("kwargs", [{"low_risk_name": "Dragon"}, {"low_risk_name": "dragon"},
-                                    {"high_risk_name": ""}, {"high_risk_p": 1.5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"low_risk_name": "Dragon"}, {"low_risk_name": "dragon"}, {"high_risk_name": ""}, {"high_risk_p": 1.5}],
+)
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         BanditEnv(**kwargs)

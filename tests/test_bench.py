@@ -31,10 +31,15 @@ def test_group_prefix_sharing_is_exact_under_greedy_decoding(tiny):
     assert shared == plain
     assert all(len(g) == 8 for g in shared)  # no early EOS hides a difference
     for p, got in zip(prompts[::3], shared[::3]):
-        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=tok.eos_token_id)
-        assert got == ref[0, len(p):].tolist()
+        ref = model.generate(
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            max_new_tokens=8,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        assert got == ref[0, len(p) :].tolist()
 
 
 def test_group_prefix_sharing_draws_the_same_samples(tiny):
@@ -54,11 +59,25 @@ def test_group_size_rejects_groups_whose_rows_differ(tiny):
     prompts = _grouped_prompts(tok, group_size=2)
     prompts[1] = prompts[1] + [5]
     with pytest.raises(ValueError, match="rows of a group differ"):
-        generate(model, prompts, group_size=2, max_new_tokens=2, temperature=0.0,
-                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        generate(
+            model,
+            prompts,
+            group_size=2,
+            max_new_tokens=2,
+            temperature=0.0,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
     with pytest.raises(ValueError, match="divide"):
-        generate(model, prompts[:5], group_size=2, max_new_tokens=2, temperature=0.0,
-                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        generate(
+            model,
+            prompts[:5],
+            group_size=2,
+            max_new_tokens=2,
+            temperature=0.0,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
 
 
 def test_loss_on_sorted_micro_batches_equals_the_padded_batch(tiny):
@@ -104,14 +123,26 @@ def test_device_slug():
 def test_bench_quick_writes_markdown_and_json(tmp_path):
     from ragen_lib.__main__ import main
 
-    assert main(["bench", "--quick", "--model", "tiny-random", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["bench", "--quick", "--model", "tiny-random", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    )
     md, js = (tmp_path / "cpu.md").read_text(), json.loads((tmp_path / "cpu.json").read_text())
     for header in ("device", "torch", "transformers", "commit", "date"):
         assert header in js["header"]
     whats = [r["what"] for r in js["rows"]]
-    for needle in ("load: first", "load: second", "generate: HF", "generate: ours", "prefill: shared",
-                   "prefill: per row", "train step: time/step", "update: padded", "update: sorted",
-                   "TRL", "peak memory"):
+    for needle in (
+        "load: first",
+        "load: second",
+        "generate: HF",
+        "generate: ours",
+        "prefill: shared",
+        "prefill: per row",
+        "train step: time/step",
+        "update: padded",
+        "update: sorted",
+        "TRL",
+        "peak memory",
+    ):
         assert any(needle in w for w in whats), (needle, whats)
         assert needle in md
     ours = next(r for r in js["rows"] if r["what"].startswith("generate: ours"))

@@ -6,8 +6,13 @@ from ragen_lib.config import Config, from_dict
 
 def test_presets_fill_only_unset_fields():
     s = from_dict({"algo": {"name": "starpo-s"}})
-    assert (s.algo.filter_keep, s.algo.kl_coef, s.algo.clip_low, s.algo.clip_high, s.algo.critic) == \
-        (0.25, 0.0, 0.2, 0.28, True)
+    assert (s.algo.filter_keep, s.algo.kl_coef, s.algo.clip_low, s.algo.clip_high, s.algo.critic) == (
+        0.25,
+        0.0,
+        0.2,
+        0.28,
+        True,
+    )
     mine = from_dict({"algo": {"name": "starpo-s", "filter_keep": 0.5}})
     assert mine.algo.filter_keep == 0.5 and mine.algo.kl_coef == 0.0
     g = from_dict({"algo": {"name": "starpo-grpo"}})
@@ -15,21 +20,26 @@ def test_presets_fill_only_unset_fields():
 
 
 def test_dotted_overrides_parse_yaml_scalars():
-    c = from_dict({}, ["algo.clip_high=0.28", "train.steps=3", "rollout.enable_think=false",
-                       "env.eval_envs=[bandit-rev]"])
+    c = from_dict(
+        {},
+        ["algo.clip_high=0.28", "train.steps=3", "rollout.enable_think=false", "env.eval_envs=[bandit-rev]"],
+    )
     assert c.algo.clip_high == 0.28 and c.train.steps == 3 and c.rollout.enable_think is False
     assert c.env.eval_envs == ("bandit-rev",)
     assert from_dict({}, {"train.seed": 4}).train.seed == 4
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({"algo": {"clip_hihg": 0.3}}, ["algo.clip_hihg", "did you mean algo.clip_high", "algo.clip_low"]),
-    ({"trian": {}}, ["trian", "did you mean train", "rollout"]),
-    ({"algo": {"name": "ppo2"}}, ["ppo2", "starpo-s", "apo"]),
-    ({"algo": {"name": "starpo-grpo", "advantage": "gae"}}, ["critic"]),
-    ({"train": {"warmup": "sft"}}, ["none", "self", "expert"]),
-    ({"rollout": {"kv_cache": "paged"}}, ["rollout.kv_cache", "dynamic", "static"]),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"algo": {"clip_hihg": 0.3}}, ["algo.clip_hihg", "did you mean algo.clip_high", "algo.clip_low"]),
+        ({"trian": {}}, ["trian", "did you mean train", "rollout"]),
+        ({"algo": {"name": "ppo2"}}, ["ppo2", "starpo-s", "apo"]),
+        ({"algo": {"name": "starpo-grpo", "advantage": "gae"}}, ["critic"]),
+        ({"train": {"warmup": "sft"}}, ["none", "self", "expert"]),
+        ({"rollout": {"kv_cache": "paged"}}, ["rollout.kv_cache", "dynamic", "static"]),
+    ],
+)
 def test_bad_keys_and_values_name_the_valid_ones(bad, words):
     with pytest.raises(ValueError) as e:
         from_dict(bad)
@@ -82,11 +92,14 @@ def test_a_preset_resolves_wherever_the_config_is_built():
     assert config.AlgoConfig(name="starpo-s", advantage="grpo", critic=False).label == "starpo-s+grpo"
 
 
-@pytest.mark.parametrize("over, words", [
-    ({"algo.name": "apo", "algo.filter_keep": 0.5}, "needs algo.filter_keep=1"),
-    ({"algo.name": "apo", "algo.apo_prompt_pool": 8}, "raise it"),  # 8 groups × 16 > 8
-    ({"algo.objective": "dpo"}, "algo.objective='dpo' is not valid; choose one of: ppo-clip, apo"),
-])
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        ({"algo.name": "apo", "algo.filter_keep": 0.5}, "needs algo.filter_keep=1"),
+        ({"algo.name": "apo", "algo.apo_prompt_pool": 8}, "raise it"),  # 8 groups × 16 > 8
+        ({"algo.objective": "dpo"}, "algo.objective='dpo' is not valid; choose one of: ppo-clip, apo"),
+    ],
+)
 def test_cross_field_checks_fail_when_the_config_is_built(over, words):
     with pytest.raises(ValueError, match=words):
         from_dict({}, over)

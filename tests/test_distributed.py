@@ -43,11 +43,22 @@ with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as f:
     json.dump({"seeds": seen["seeds"], "params": digest.hexdigest()}, f)
 """
 
-TINY = {"model": {"name": "tiny-random", "device": "cpu"},
-        "rollout": {"max_new_tokens": 12},
-        "train": {"steps": 2, "groups": 4, "group_size": 2, "mini_batch_size": 4, "micro_batch_size": 2,
-                  "actor_lr": 1e-3, "critic_lr": 1e-3, "val_every": 0, "samples_every": 1,
-                  "checkpoint_every": 1}}
+TINY = {
+    "model": {"name": "tiny-random", "device": "cpu"},
+    "rollout": {"max_new_tokens": 12},
+    "train": {
+        "steps": 2,
+        "groups": 4,
+        "group_size": 2,
+        "mini_batch_size": 4,
+        "micro_batch_size": 2,
+        "actor_lr": 1e-3,
+        "critic_lr": 1e-3,
+        "val_every": 0,
+        "samples_every": 1,
+        "checkpoint_every": 1,
+    },
+}
 
 # Metrics that are means over micro-batches (whose split differs between 1 and 2 processes) or
 # wall-clock measurements: not comparable across process counts.
@@ -68,10 +79,28 @@ def _launch(tmp_path: Path, cfg: config.Config) -> tuple[list[dict], list[dict]]
     (tmp_path / "driver.py").write_text(DRIVER)
     # --multi_gpu selects accelerate's torchrun launcher, which also runs CPU-only processes
     # (accelerate's --cpu path starts one process unless an MPI hostfile is given).
-    cmd = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-           str(tmp_path / "driver.py"), str(tmp_path), "run", str(cfg_path), "--out", str(tmp_path / "out"),
-           "--quiet"]
+    cmd = [
+        accelerate,
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(tmp_path / "driver.py"),
+        str(tmp_path),
+        "run",
+        str(cfg_path),
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -94,14 +123,17 @@ def _single(cfg: config.Config, monkeypatch) -> tuple[list[dict], list[list[int]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo,env,over", [
-    ("starpo-grpo", "sokoban", {}),
-    # Greedy, so both process counts play the same episodes; keep 3 of 4 groups: rank 0 keeps
-    # both of its groups, rank 1 one of its two (a per-rank top-k would keep 2 + 2). tiny-random
-    # earns the same reward (-0.1) everywhere, so with gamma 1 the whitened advantages would be
-    # 0 up to rounding noise; gamma 0.9 makes them vary along the sequence, a real gradient.
-    ("starpo-s", "bandit", {"rollout.temperature": 0.0, "algo.filter_keep": 0.75, "algo.gamma": 0.9}),
-])
+@pytest.mark.parametrize(
+    "algo,env,over",
+    [
+        ("starpo-grpo", "sokoban", {}),
+        # Greedy, so both process counts play the same episodes; keep 3 of 4 groups: rank 0 keeps
+        # both of its groups, rank 1 one of its two (a per-rank top-k would keep 2 + 2). tiny-random
+        # earns the same reward (-0.1) everywhere, so with gamma 1 the whitened advantages would be
+        # 0 up to rounding noise; gamma 0.9 makes them vary along the sequence, a real gradient.
+        ("starpo-s", "bandit", {"rollout.temperature": 0.0, "algo.filter_keep": 0.75, "algo.gamma": 0.9}),
+    ],
+)
 def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
     cfg = config.from_dict(TINY, {"algo.name": algo, "env.name": env, **over})
     metrics, ranks = _launch(tmp_path, cfg)
@@ -114,7 +146,9 @@ def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
     assert single_seeds == [seeds.train_seeds(cfg, s) for s in (0, 1)]
     # Each rank played its half of the single-process groups, in order.
     assert [a + b for a, b in zip(ranks[0]["seeds"], ranks[1]["seeds"])] == single_seeds
-    assert all(len(a) == len(b) == cfg.train.groups // 2 for a, b in zip(ranks[0]["seeds"], ranks[1]["seeds"]))
+    assert all(
+        len(a) == len(b) == cfg.train.groups // 2 for a, b in zip(ranks[0]["seeds"], ranks[1]["seeds"])
+    )
 
     if cfg.rollout.temperature == 0:
         assert metrics[0]["rollout/kept"] == single[0]["rollout/kept"] == 6  # the top-k is global

@@ -191,8 +191,9 @@ def test_bandit_payouts_and_success():
     assert env.step("Dragon")[4]["success"]
 
 
-@pytest.mark.parametrize("variant, high", [("bandit", "Dragon"), ("bandit-heldout", "Librarian"),
-                                           ("bandit-rev", "Phoenix")])
+@pytest.mark.parametrize(
+    "variant, high", [("bandit", "Dragon"), ("bandit-heldout", "Librarian"), ("bandit-rev", "Phoenix")]
+)
 def test_bandit_variants(variant, high):
     env = BanditEnv(**VARIANTS[variant])
     env.reset(seed=0)
@@ -240,8 +241,14 @@ def test_webshop_reward_tiers():
 
     env = shop()
     g = env.goal
-    nothing = next(p for p in env.products if p["colour"] != g["colour"] and p["size"] != g["size"]
-                   and p["category"] != g["category"] and p["price"] > g["cap"])
+    nothing = next(
+        p
+        for p in env.products
+        if p["colour"] != g["colour"]
+        and p["size"] != g["size"]
+        and p["category"] != g["category"]
+        and p["price"] > g["cap"]
+    )
     assert env.step(f"buy:{nothing['id']}")[1] == 0.5
 
     env = shop()
@@ -260,8 +267,9 @@ def test_webshop_search_and_click():
     assert f"Page: product {pid}" in obs and "Price: $" in obs
 
 
-@pytest.mark.parametrize("text", ["", "buy:", "buy:zz", "search:", "jump:3", "x" * 10_000, "buy:p0é",
-                                  "click:p99", "search:héllo"])
+@pytest.mark.parametrize(
+    "text", ["", "buy:", "buy:zz", "search:", "jump:3", "x" * 10_000, "buy:p0é", "click:p99", "search:héllo"]
+)
 def test_webshop_rejects_malformed(text):
     env = shop()
     assert env.parse_action(text) is None

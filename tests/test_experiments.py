@@ -16,9 +16,16 @@ def seeds(*values: int) -> list[config.Config]:
 
 def test_points_product_and_list():
     grid = experiments.points({"algo.name": ["a", "b"], "train.seed": [0, 1]})
-    assert grid == [{"algo.name": "a", "train.seed": 0}, {"algo.name": "a", "train.seed": 1},
-                    {"algo.name": "b", "train.seed": 0}, {"algo.name": "b", "train.seed": 1}]
-    assert experiments.points([{"algo.name": "apo"}, {"study": "x"}]) == [{"algo.name": "apo"}, {"study": "x"}]
+    assert grid == [
+        {"algo.name": "a", "train.seed": 0},
+        {"algo.name": "a", "train.seed": 1},
+        {"algo.name": "b", "train.seed": 0},
+        {"algo.name": "b", "train.seed": 1},
+    ]
+    assert experiments.points([{"algo.name": "apo"}, {"study": "x"}]) == [
+        {"algo.name": "apo"},
+        {"study": "x"},
+    ]
 
 
 def test_every_finding_name_is_its_file_notebook_and_grid(tmp_path):
@@ -39,8 +46,10 @@ def test_every_finding_name_is_its_file_notebook_and_grid(tmp_path):
 
 def test_grid_order_defaults_base_profile_variant_and_labels(tmp_path):
     grid = tmp_path / "g.yaml"
-    grid.write_text("base: {train.steps: 7, algo.name: starpo-s}\n"
-                    "grid:\n  - {study: a, rollout.max_new_tokens: 5}\n  - {study: b}\n")
+    grid.write_text(
+        "base: {train.steps: 7, algo.name: starpo-s}\n"
+        "grid:\n  - {study: a, rollout.max_new_tokens: 5}\n  - {study: b}\n"
+    )
     finding, points = experiments.variants(grid, "smoke", seeds=[0, 1])
     assert finding == "g" and len(points) == 4  # the file's name is the finding's
     cfg, labels = points[0]
@@ -53,10 +62,14 @@ def test_grid_order_defaults_base_profile_variant_and_labels(tmp_path):
 
 
 def test_cap_batch_shrinks_p_and_n_alike():
-    assert experiments.cap_batch({"train.groups": 32, "train.group_size": 4}, 16) == \
-        {"train.groups": 11, "train.group_size": 2}  # s = sqrt(16/128) = 0.354
-    assert experiments.cap_batch({"train.groups": 8, "train.group_size": 16}, 16) == \
-        {"train.groups": 3, "train.group_size": 6}
+    assert experiments.cap_batch({"train.groups": 32, "train.group_size": 4}, 16) == {
+        "train.groups": 11,
+        "train.group_size": 2,
+    }  # s = sqrt(16/128) = 0.354
+    assert experiments.cap_batch({"train.groups": 8, "train.group_size": 16}, 16) == {
+        "train.groups": 3,
+        "train.group_size": 6,
+    }
     small = {"train.groups": 2, "train.group_size": 2}
     assert experiments.cap_batch(small, 16) == small and experiments.cap_batch(small, None) == small
 

@@ -116,8 +116,7 @@ def test_slippery_expert_clearly_beats_random():
     rng = np.random.default_rng(0)
     wins = {"expert": 0, "random": 0}
     predicted = 0.0
-    policies = {"expert": lambda e: e.expert_action(),
-                "random": lambda e: e.actions[int(rng.integers(4))]}
+    policies = {"expert": lambda e: e.expert_action(), "random": lambda e: e.actions[int(rng.integers(4))]}
     for seed in range(N_SEEDS):
         for who, policy in policies.items():
             env = FrozenLakeEnv()
@@ -164,9 +163,17 @@ def test_unknown_action_lists_the_valid_ones():
     assert env.parse_action(" down ") == "Down" and env.parse_action("Jump") is None
 
 
-@pytest.mark.parametrize("kwargs, field", [({"size": 1}, "size"), ({"p_frozen": 0}, "p_frozen"),
-                                           ({"p_frozen": 1.5}, "p_frozen"), ({"slip_prob": -0.1}, "slip_prob"),
-                                           ({"slip_prob": 2}, "slip_prob"), ({"max_steps": 0}, "max_steps")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"size": 1}, "size"),
+        ({"p_frozen": 0}, "p_frozen"),
+        ({"p_frozen": 1.5}, "p_frozen"),
+        ({"slip_prob": -0.1}, "slip_prob"),
+        ({"slip_prob": 2}, "slip_prob"),
+        ({"max_steps": 0}, "max_steps"),
+    ],
+)
 def test_bad_arguments(kwargs, field):
     with pytest.raises(ValueError, match=field):
         FrozenLakeEnv(**kwargs)

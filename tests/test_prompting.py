@@ -8,7 +8,9 @@ from tests.conftest import LineEnv
 
 
 def test_valid_answer_with_several_actions(line_env):
-    p = parse_response("<think>go right twice</think> <answer>Right || right</answer>", line_env, max_actions=5)
+    p = parse_response(
+        "<think>go right twice</think> <answer>Right || right</answer>", line_env, max_actions=5
+    )
     assert p.format_valid and p.reason == ""
     assert p.actions == ("Right", "Right")
     assert p.think == "go right twice"
@@ -52,12 +54,16 @@ def test_malformed_answers_are_invalid_never_crash(line_env):
 def test_no_think_mode(line_env):
     ok = parse_response("<answer>Right</answer>", line_env, max_actions=5, enable_think=False)
     assert ok.format_valid and ok.actions == ("Right",)
-    bad = parse_response("<think>a</think><answer>Right</answer>", line_env, max_actions=5, enable_think=False)
+    bad = parse_response(
+        "<think>a</think><answer>Right</answer>", line_env, max_actions=5, enable_think=False
+    )
     assert not bad.format_valid
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("<>/|thinkanswerRightLeft \n爱é")) | st.characters(), max_size=300))
+@given(
+    st.text(alphabet=st.sampled_from(list("<>/|thinkanswerRightLeft \n爱é")) | st.characters(), max_size=300)
+)
 def test_parser_fuzz_never_raises_and_is_consistent(text):
     line_env = LineEnv()
     p = parse_response(text, line_env, max_actions=3)
@@ -70,8 +76,10 @@ def test_parser_fuzz_never_raises_and_is_consistent(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(think=st.text(max_size=50).filter(lambda s: "<" not in s and ">" not in s),
-       acts=st.lists(st.sampled_from(["Left", "Right", "left", " RIGHT "]), min_size=1, max_size=6))
+@given(
+    think=st.text(max_size=50).filter(lambda s: "<" not in s and ">" not in s),
+    acts=st.lists(st.sampled_from(["Left", "Right", "left", " RIGHT "]), min_size=1, max_size=6),
+)
 def test_parser_fuzz_well_formed_answers_parse(think, acts):
     line_env = LineEnv()
     text = f"<think>{think}</think>\n<answer>{' || '.join(acts)}</answer>"
@@ -102,8 +110,15 @@ def test_episode_penalty_budgets_and_success(line_env):
     assert ep.terminated and ep.success and not ep.truncated
     assert ep.turns[-1].executed == ["Right"]  # stops executing once the episode ends
     assert ep.total_reward == FORMAT_PENALTY + 1.0
-    assert [m["role"] for m in ep.messages] == ["system", "user", "assistant", "user", "assistant", "user",
-                                                "assistant"]
+    assert [m["role"] for m in ep.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
 
 
 def test_running_out_of_actions_is_truncation_not_success(line_env):

@@ -38,8 +38,15 @@ def test_tiny_random_rollout_end_to_end(tiny, env_name):
 
 def test_the_mask_holds_generated_tokens_of_every_turn_and_no_prompt_token(tiny):
     model, tok = tiny
-    batch = collect(model, tok, "sokoban", seeds=[0], group_size=1,
-                    cfg=RolloutConfig(max_new_tokens=8, max_turns=3, stop_at_answer=False), sample_seed=1)
+    batch = collect(
+        model,
+        tok,
+        "sokoban",
+        seeds=[0],
+        group_size=1,
+        cfg=RolloutConfig(max_new_tokens=8, max_turns=3, stop_at_answer=False),
+        sample_seed=1,
+    )
     ids, mask = batch.input_ids[0], batch.loss_mask[0].bool()
     assert batch.num_turns[0] == 3  # a random model never finishes the level
     # Every user turn (its text rendered by the chat template) lies outside the mask.
@@ -71,9 +78,15 @@ def test_static_kv_cache_plays_the_same_multi_turn_rollout(tiny):
     model, tok = tiny
     cfg = RolloutConfig(max_new_tokens=10, max_turns=3, stop_at_answer=False)
     dyn = collect(model, tok, "sokoban", seeds=[2, 7], group_size=2, cfg=cfg, sample_seed=4)
-    sta = collect(model, tok, "sokoban", seeds=[2, 7], group_size=2,
-                  cfg=RolloutConfig(max_new_tokens=10, max_turns=3, stop_at_answer=False, kv_cache="static"),
-                  sample_seed=4)
+    sta = collect(
+        model,
+        tok,
+        "sokoban",
+        seeds=[2, 7],
+        group_size=2,
+        cfg=RolloutConfig(max_new_tokens=10, max_turns=3, stop_at_answer=False, kv_cache="static"),
+        sample_seed=4,
+    )
     assert torch.equal(dyn.num_turns, sta.num_turns) and dyn.num_turns.max() == 3
     assert torch.equal(dyn.input_ids, sta.input_ids)
 

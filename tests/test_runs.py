@@ -42,8 +42,18 @@ def test_config_conflict(tmp_path):
 
 def test_log_round_trip_and_no_duplicates(tmp_path):
     run = Run(tmp_path / "r", CFG)
-    run.log(0, {"a": np.float32(0.5), "b": torch.tensor(3), "c": float("nan"), "d": np.float64("inf"),
-                "e": np.int64(7), "f": np.bool_(True), "g": np.arange(2)})
+    run.log(
+        0,
+        {
+            "a": np.float32(0.5),
+            "b": torch.tensor(3),
+            "c": float("nan"),
+            "d": np.float64("inf"),
+            "e": np.int64(7),
+            "f": np.bool_(True),
+            "g": np.arange(2),
+        },
+    )
     run.log(1, {"a": 1.0})
     rows = Run(tmp_path / "r", CFG).metrics()
     assert rows[0]["a"] == 0.5 and rows[0]["b"] == 3 and math.isnan(rows[0]["c"]) and rows[0]["d"] == math.inf
@@ -165,8 +175,13 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     path = tmp_path / "r"
     rng = np.random.default_rng(0)
-    helper = subprocess.Popen([sys.executable, "-c", SCRIPT, str(path)], env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    helper = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(path)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
     def attempt(kill_after: float | None) -> int:
         helper.stdin.write("go\n")
@@ -185,8 +200,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path):
         for _ in range(5):
             status = attempt(float(rng.uniform(0.0, 0.12)))
             assert status in (signal.SIGKILL, 0)  # killed, or finished just before the kill
-            reached.append(Run(path).metrics()[-1]["step"] if (path / "metrics.jsonl").exists()
-                           else -1)
+            reached.append(Run(path).metrics()[-1]["step"] if (path / "metrics.jsonl").exists() else -1)
         assert not (path / runs.DONE).exists() and any(0 <= r < 19 for r in reached), reached  # mid-run kills
         assert attempt(None) == 0  # the last attempt runs to the end
     finally:

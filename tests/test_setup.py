@@ -30,7 +30,9 @@ def test_environment_yml_lists_what_the_makefile_installs():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_list = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     conda = {_norm(r) for r in pip_list if not r.startswith("-e")}
-    assert conda == makefile, f"only in Makefile: {makefile - conda}; only in environment.yml: {conda - makefile}"
+    assert conda == makefile, (
+        f"only in Makefile: {makefile - conda}; only in environment.yml: {conda - makefile}"
+    )
 
     # The embedded model is installed with --no-deps on both sides.
     model = _makefile_var("MODEL_SPEC")
@@ -47,9 +49,11 @@ def test_training_path_imports_no_notebook_or_plotting_library():
     import subprocess
     import sys
 
-    code = ("import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.analysis, "
-            "ragen_lib.warmup, ragen_lib.seeds, ragen_lib.distributed, ragen_lib.metrics, "
-            "ragen_lib.__main__; bad = [m for m in ('matplotlib', 'seaborn', 'IPython', 'papermill', "
-            "'jupytext', 'nbformat') if m in sys.modules]; print(','.join(bad))")
+    code = (
+        "import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.analysis, "
+        "ragen_lib.warmup, ragen_lib.seeds, ragen_lib.distributed, ragen_lib.metrics, "
+        "ragen_lib.__main__; bad = [m for m in ('matplotlib', 'seaborn', 'IPython', 'papermill', "
+        "'jupytext', 'nbformat') if m in sys.modules]; print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"training path imported {out.strip()}"

@@ -27,7 +27,7 @@ def test_push_into_wall_does_not_move():
 
 def test_walk_into_wall_does_not_move():
     env = SokobanEnv.from_text("#####\n#PX_#\n#__O#\n#####")
-    obs, r, *_ , info = env.step("Up")
+    obs, r, *_, info = env.step("Up")
     assert obs.splitlines()[1] == "#PX_#" and r == pytest.approx(-0.1) and not info["action_effective"]
 
 
@@ -103,8 +103,10 @@ def test_bad_arguments_raise():
 
 
 def test_instructions_carry_the_legend():
-    assert "Symbols: # Wall | _ Empty | O Target | √ Box on target | X Box | P You | S You on target" \
+    assert (
+        "Symbols: # Wall | _ Empty | O Target | √ Box on target | X Box | P You | S You on target"
         in SokobanEnv().instructions
+    )
     assert "B Wall" in SokobanEnv(symbols="newvocab").instructions
 
 

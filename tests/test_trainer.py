@@ -14,16 +14,29 @@ import torch
 
 from ragen_lib import config, metrics, runs, seeds, trainer, warmup
 
-TINY = {"model": {"name": "tiny-random", "device": "cpu"},
-        "rollout": {"max_new_tokens": 12},
-        "train": {"steps": 2, "groups": 2, "group_size": 2, "mini_batch_size": 4, "micro_batch_size": 2,
-                  "actor_lr": 1e-3, "critic_lr": 1e-3, "val_every": 0, "samples_every": 1}}
+TINY = {
+    "model": {"name": "tiny-random", "device": "cpu"},
+    "rollout": {"max_new_tokens": 12},
+    "train": {
+        "steps": 2,
+        "groups": 2,
+        "group_size": 2,
+        "mini_batch_size": 4,
+        "micro_batch_size": 2,
+        "actor_lr": 1e-3,
+        "critic_lr": 1e-3,
+        "val_every": 0,
+        "samples_every": 1,
+    },
+}
 
 
 def comparable(rows) -> str:
     """Metric rows without timings, as JSON (so NaN equals NaN)."""
-    return json.dumps([{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))}
-                       for r in rows], sort_keys=True)
+    return json.dumps(
+        [{k: v for k, v in r.items() if not k.startswith(("time/", "throughput/"))} for r in rows],
+        sort_keys=True,
+    )
 
 
 def tiny(**overrides) -> config.Config:
@@ -91,8 +104,18 @@ def test_nan_loss_skips_the_step_and_counts_it(monkeypatch):
 
 @pytest.mark.parametrize("warmup", ["expert", "format", "self"])
 def test_warmup_records_format_rate_before_and_after(warmup):
-    rows = trainer.train(tiny(**{"train.warmup": warmup, "train.warmup_steps": 2, "train.steps": 1,
-                                 "train.warmup_episodes": 4, "env.name": "sokoban"}), progress=False)
+    rows = trainer.train(
+        tiny(
+            **{
+                "train.warmup": warmup,
+                "train.warmup_steps": 2,
+                "train.steps": 1,
+                "train.warmup_episodes": 4,
+                "env.name": "sokoban",
+            }
+        ),
+        progress=False,
+    )
     r = rows[0]
     assert r["warmup/examples"] >= 0
     assert 0 <= r["warmup/format_valid_before"] <= 1 and 0 <= r["warmup/format_valid_after"] <= 1
@@ -115,15 +138,21 @@ def test_format_dataset_has_random_valid_actions():
 
     _, tok = load("tiny-random")
     cfg = tiny(**{"env.name": "bandit"})
-    answers = [tok.decode(r["response_ids"]) for r in warmup.expert_dataset(tok, cfg, list(range(40)),
-                                                                            random_actions=True)]
+    answers = [
+        tok.decode(r["response_ids"])
+        for r in warmup.expert_dataset(tok, cfg, list(range(40)), random_actions=True)
+    ]
     picks = [a.split("<answer>")[1].split("</answer>")[0] for a in answers]
     assert set(picks) == {"Dragon", "Phoenix"}  # the expert would always say Dragon
     assert 10 <= picks.count("Dragon") <= 30  # uniform: 40 draws, p = 0.5
     expert = [tok.decode(r["response_ids"]) for r in warmup.expert_dataset(tok, cfg, list(range(5)))]
     assert all("<answer>Dragon</answer>" in a for a in expert)
-    shop = [tok.decode(r["response_ids"]) for r in warmup.expert_dataset(tok, tiny(**{"env.name": "webshop"}),
-                                                                          list(range(5)), random_actions=True)]
+    shop = [
+        tok.decode(r["response_ids"])
+        for r in warmup.expert_dataset(
+            tok, tiny(**{"env.name": "webshop"}), list(range(5)), random_actions=True
+        )
+    ]
     assert all("<answer>" in a for a in shop) and any("search:" in a for a in shop)
 
 
@@ -152,16 +181,16 @@ def test_run_store_round_trip_and_reuse(tmp_path):
 def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path):
     """Kill the CLI while it trains; the rerun finishes with the same metrics as an unbroken run."""
     cfg_path = tmp_path / "c.yaml"
-    config.save(tiny(**{"train.steps": 6, "train.checkpoint_every": 2, "algo.name": "starpo-grpo"}),
-                cfg_path)
+    config.save(tiny(**{"train.steps": 6, "train.checkpoint_every": 2, "algo.name": "starpo-grpo"}), cfg_path)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
 
     def cli(out):
         return [sys.executable, "-m", "ragen_lib", "run", str(cfg_path), "--out", str(out), "--quiet"]
 
     subprocess.run(cli(tmp_path / "ref"), check=True, env=env, capture_output=True)
-    proc = subprocess.Popen(cli(tmp_path / "kill"), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cli(tmp_path / "kill"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     metrics = None
     while time.time() < deadline and proc.poll() is None:
@@ -193,8 +222,9 @@ def test_rollout_reuse_collects_once_per_block(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(trainer, "collect", counting)
-    rows = trainer.train(tiny(**{"algo.name": "starpo-grpo", "train.steps": 3, "train.rollout_reuse": 2}),
-                         progress=False)
+    rows = trainer.train(
+        tiny(**{"algo.name": "starpo-grpo", "train.steps": 3, "train.rollout_reuse": 2}), progress=False
+    )
     assert len(rows) == 3 and len(calls) == 2  # steps 0-1 share a batch; step 2 starts a new block
     assert calls[0] != calls[1]
 
@@ -202,8 +232,14 @@ def test_rollout_reuse_collects_once_per_block(monkeypatch):
 def test_warmup_cli_prints_the_rates_and_refuses_none(capsys):
     from ragen_lib.__main__ import main
 
-    base = ["model.name=tiny-random", "model.device=cpu", "rollout.max_new_tokens=4", "train.warmup_steps=1",
-            "train.mini_batch_size=4", "train.micro_batch_size=2"]
+    base = [
+        "model.name=tiny-random",
+        "model.device=cpu",
+        "rollout.max_new_tokens=4",
+        "train.warmup_steps=1",
+        "train.mini_batch_size=4",
+        "train.micro_batch_size=2",
+    ]
     assert main(["warmup", "--set", *base, "train.warmup=expert"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["warmup"] == "expert" and out["warmup/examples"] == 64

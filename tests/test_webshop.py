@@ -51,8 +51,9 @@ def test_reset_observation_and_satisfiable_instruction():
         env = WebShopEnv()
         obs, info = env.reset(seed=seed)
         g = env.goal
-        assert obs.splitlines()[0] == (f"Instruction: Find a {g['colour']} {g['category']} in size "
-                                       f"{g['size']} under ${g['cap']}.")
+        assert obs.splitlines()[0] == (
+            f"Instruction: Find a {g['colour']} {g['category']} in size {g['size']} under ${g['cap']}."
+        )
         assert "Page: home" in obs and info["success"] is False
         assert find(env)["price"] <= g["cap"]
 
@@ -89,8 +90,11 @@ def test_wrong_everything_pays_the_floor():
     env = shop(0)
     g = env.goal
     g["cap"] = 19  # below every price, so the price attribute misses too
-    nothing = next(p for p in env.products if p["colour"] != g["colour"] and p["size"] != g["size"]
-                   and p["category"] != g["category"])
+    nothing = next(
+        p
+        for p in env.products
+        if p["colour"] != g["colour"] and p["size"] != g["size"] and p["category"] != g["category"]
+    )
     r, info = buy(env, nothing["id"])
     assert r == 0.5 and not info["success"]
 
@@ -159,10 +163,27 @@ def test_click_shows_the_product():
 
 
 # --- parser --------------------------------------------------------------------------------
-@pytest.mark.parametrize("text", ["", "   ", "buy:", "buy:zz", "click:p96", "search:", "search:   ",
-                                  "jump:3", "buy p03", "x" * 10_000, "search:" + "a" * 300,
-                                  "buy:p0é", "search:héllo", "ｂｕｙ:p03", "buy:p03 || buy:p04",
-                                  "<answer>buy:p03</answer>"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "buy:",
+        "buy:zz",
+        "click:p96",
+        "search:",
+        "search:   ",
+        "jump:3",
+        "buy p03",
+        "x" * 10_000,
+        "search:" + "a" * 300,
+        "buy:p0é",
+        "search:héllo",
+        "ｂｕｙ:p03",
+        "buy:p03 || buy:p04",
+        "<answer>buy:p03</answer>",
+    ],
+)
 def test_parse_action_rejects_malformed(text):
     env = shop()
     assert env.parse_action(text) is None
@@ -170,10 +191,16 @@ def test_parse_action_rejects_malformed(text):
         env.step(text)
 
 
-@pytest.mark.parametrize("text,canonical", [
-    ("BUY: p03", "buy:p03"), ("buy:p03", "buy:p03"), (" Click : P41 \n", "click:p41"),
-    ("  Search:Red Shoe ", "search:red shoe"), ("SEARCH: red   large  shoe", "search:red large shoe"),
-])
+@pytest.mark.parametrize(
+    "text,canonical",
+    [
+        ("BUY: p03", "buy:p03"),
+        ("buy:p03", "buy:p03"),
+        (" Click : P41 \n", "click:p41"),
+        ("  Search:Red Shoe ", "search:red shoe"),
+        ("SEARCH: red   large  shoe", "search:red large shoe"),
+    ],
+)
 def test_parse_action_accepts_variants(text, canonical):
     env = shop()
     assert env.parse_action(text) == canonical

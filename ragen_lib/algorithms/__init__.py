@@ -23,6 +23,28 @@ from ragen_lib.algorithms.losses import (
 )
 from ragen_lib.algorithms.objectives import POLICY_OBJECTIVES
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_OBJECTIVES", "AdvantageInputs", "FILTER_MODES", "KL_ESTIMATORS", "POLICY_AGGS", "apo_loss", "apo_v_star", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits", "gather_logprobs",
-           "expand_group_mask", "gae", "grpo_advantages", "kl_penalty", "masked_mean", "masked_whiten",
-           "mix_reasoning_advantage", "select_groups", "sequence_logprob", "token_logprobs", "zscore"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "POLICY_OBJECTIVES",
+    "AdvantageInputs",
+    "FILTER_MODES",
+    "KL_ESTIMATORS",
+    "POLICY_AGGS",
+    "apo_loss",
+    "apo_v_star",
+    "clipped_policy_loss",
+    "clipped_value_loss",
+    "entropy_from_logits",
+    "gather_logprobs",
+    "expand_group_mask",
+    "gae",
+    "grpo_advantages",
+    "kl_penalty",
+    "masked_mean",
+    "masked_whiten",
+    "mix_reasoning_advantage",
+    "select_groups",
+    "sequence_logprob",
+    "token_logprobs",
+    "zscore",
+]

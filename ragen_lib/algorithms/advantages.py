@@ -29,8 +29,13 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     return out if shift_mean else out + mean
 
 
-def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
-        lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over policy tokens only (Schulman et al. 2016, eq. 16):
     A_t = Σ_l (γλ)^l δ_{t+l},  δ_t = r_t + γ V(next) − V_t.
 
@@ -60,8 +65,10 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, g
 
 def _check_groups(n: int, group_size: int) -> None:
     if group_size < 1 or n % group_size:
-        raise ValueError(f"batch of {n} is not divisible by group_size={group_size} "
-                         f"(cannot split into groups of {group_size})")
+        raise ValueError(
+            f"batch of {n} is not divisible by group_size={group_size} "
+            f"(cannot split into groups of {group_size})"
+        )
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6):
@@ -82,7 +89,8 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, 
 
 
 def zscore(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x − mean) / (population std + eps) over the whole batch (unbiased=False); constant → 0. (B,) → (B,)."""
+    """(x − mean) / (population std + eps) over the whole batch (unbiased=False); constant → 0.
+    (B,) → (B,)."""
     return (x - x.mean()) / (x.std(unbiased=False) + eps)
 
 
@@ -92,8 +100,12 @@ def _group_zscore(x: torch.Tensor, group_size: int, eps: float = 1e-8) -> torch.
     return ((g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + eps)).reshape(-1)
 
 
-def mix_reasoning_advantage(env_rewards: torch.Tensor, reasoning_rewards: torch.Tensor, lam: float = 0.4,
-                            group_size: int | None = None) -> torch.Tensor:
+def mix_reasoning_advantage(
+    env_rewards: torch.Tensor,
+    reasoning_rewards: torch.Tensor,
+    lam: float = 0.4,
+    group_size: int | None = None,
+) -> torch.Tensor:
     """A = z(env) + λ·z(reasoning) (WebShop-lite report, λ = 0.4).
 
     Normalisation: z is the population-std z-score over the whole batch when group_size is None,

@@ -35,6 +35,9 @@ def apo_loss(logp_seq, ref_logp_seq, rewards, v_star, beta2: float = 1e-3):
     log_ratio = logp_seq - ref_logp_seq  # (B,)
     adv = rewards - v_star  # (B,)
     residual = beta2 * log_ratio - adv  # (B,)
-    stats = {"apo/residual_mean": residual.mean().detach(), "apo/adv_mean": adv.mean().detach(),
-             "apo/log_ratio_mean": log_ratio.mean().detach()}
+    stats = {
+        "apo/residual_mean": residual.mean().detach(),
+        "apo/adv_mean": adv.mean().detach(),
+        "apo/log_ratio_mean": log_ratio.mean().detach(),
+    }
     return (residual**2).mean(), stats

@@ -7,8 +7,13 @@ import torch
 FILTER_MODES = ("top", "bottom", "random")
 
 
-def select_groups(rewards: torch.Tensor, group_size: int, keep_fraction: float, mode: str = "top",
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+def select_groups(
+    rewards: torch.Tensor,
+    group_size: int,
+    keep_fraction: float,
+    mode: str = "top",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Indices (LongTensor, ascending) of the groups kept, k = max(1, round(keep_fraction · P)).
 
     Uncertainty = std of each group's RAW trajectory rewards (population std, unbiased=False),

@@ -40,8 +40,9 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 POLICY_AGGS = ("token-mean", "seq-mean-token-mean")
 
 
-def clipped_policy_loss(logp, old_logp, advantages, mask, clip_low: float = 0.2, clip_high: float = 0.2,
-                        agg: str = "token-mean"):
+def clipped_policy_loss(
+    logp, old_logp, advantages, mask, clip_low: float = 0.2, clip_high: float = 0.2, agg: str = "token-mean"
+):
     """PPO's clipped surrogate (Schulman et al. 2017, eq. 7) with DAPO's decoupled bounds (clip-higher).
 
     per token: ℓ_t = −min(ρ_t·A_t, clip(ρ_t, 1−clip_low, 1+clip_high)·A_t), ρ_t = exp(logp − old_logp).
@@ -60,8 +61,9 @@ def clipped_policy_loss(logp, old_logp, advantages, mask, clip_low: float = 0.2,
         advantages = advantages[:, None].expand_as(logp)  # (B,) → (B, T)
     log_ratio = logp - old_logp  # (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
-    surrogate = torch.minimum(ratio * advantages,
-                              torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * advantages)  # (B, T)
+    surrogate = torch.minimum(
+        ratio * advantages, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * advantages
+    )  # (B, T)
     per_token = -surrogate  # (B, T)
     if agg == "token-mean":
         loss = masked_mean(per_token, mask)
@@ -70,9 +72,12 @@ def clipped_policy_loss(logp, old_logp, advantages, mask, clip_low: float = 0.2,
     with torch.no_grad():
         low = ((ratio < 1 - clip_low) & (advantages < 0)).to(mask.dtype)  # (B, T)
         high = ((ratio > 1 + clip_high) & (advantages > 0)).to(mask.dtype)  # (B, T)
-        stats = {"clip_frac_low": masked_mean(low, mask), "clip_frac_high": masked_mean(high, mask),
-                 "approx_kl": masked_mean((ratio - 1) - log_ratio, mask),  # k3 of KL(old ‖ new)
-                 "ratio_mean": masked_mean(ratio, mask)}
+        stats = {
+            "clip_frac_low": masked_mean(low, mask),
+            "clip_frac_high": masked_mean(high, mask),
+            "approx_kl": masked_mean((ratio - 1) - log_ratio, mask),  # k3 of KL(old ‖ new)
+            "ratio_mean": masked_mean(ratio, mask),
+        }
     return loss, stats
 
 

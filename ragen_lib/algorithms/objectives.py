@@ -20,22 +20,27 @@ from ragen_lib.algorithms.apo import apo_loss, sequence_logprob
 from ragen_lib.algorithms.losses import clipped_policy_loss
 
 
-def ppo_clip_objective(logp: torch.Tensor, mb: dict, a, *, token_share: float,
-                       seq_share: float) -> tuple[torch.Tensor, dict]:
+def ppo_clip_objective(
+    logp: torch.Tensor, mb: dict, a, *, token_share: float, seq_share: float
+) -> tuple[torch.Tensor, dict]:
     """PPO's clipped surrogate with decoupled bounds (clip_low, clip_high), token-mean."""
-    loss, s = clipped_policy_loss(logp, mb["old_logp"], mb["advantages"], mb["loss_mask"],
-                                  clip_low=a.clip_low, clip_high=a.clip_high)
+    loss, s = clipped_policy_loss(
+        logp, mb["old_logp"], mb["advantages"], mb["loss_mask"], clip_low=a.clip_low, clip_high=a.clip_high
+    )
     stats = {f"policy/{k}": float(s[k]) for k in ("clip_frac_low", "clip_frac_high", "approx_kl")}
     return loss * token_share, stats
 
 
-def apo_objective(logp: torch.Tensor, mb: dict, a, *, token_share: float,
-                  seq_share: float) -> tuple[torch.Tensor, dict]:
+def apo_objective(
+    logp: torch.Tensor, mb: dict, a, *, token_share: float, seq_share: float
+) -> tuple[torch.Tensor, dict]:
     """A*-PO stage 2: (β2·log π/π_ref − (r − V*))² per sequence, sequence-mean. The advantages hold
     the target r − V*, so V* = r − target."""
     seq_lp = sequence_logprob(logp, mb["loss_mask"])
     ref_seq = sequence_logprob(mb["ref_logp"], mb["loss_mask"])
-    loss, _ = apo_loss(seq_lp, ref_seq, mb["rewards"], mb["rewards"] - mb["advantages"][:, 0], beta2=a.apo_beta2)
+    loss, _ = apo_loss(
+        seq_lp, ref_seq, mb["rewards"], mb["rewards"] - mb["advantages"][:, 0], beta2=a.apo_beta2
+    )
     loss = loss * seq_share
     return loss, {"loss/apo": float(loss.detach())}
 

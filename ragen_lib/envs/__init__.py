@@ -30,8 +30,11 @@ def env_fields(name: str) -> dict:
     """The keyword fields (with their defaults for this variant) that `make(name, ...)` accepts."""
     cls, variant = _lookup(name)
     params = inspect.signature(cls.__init__).parameters
-    fields = {k: p.default for k, p in params.items() if k != "self" and p.kind == p.KEYWORD_ONLY or
-              (k != "self" and p.kind == p.POSITIONAL_OR_KEYWORD)}
+    fields = {
+        k: p.default
+        for k, p in params.items()
+        if k != "self" and p.kind == p.KEYWORD_ONLY or (k != "self" and p.kind == p.POSITIONAL_OR_KEYWORD)
+    }
     fields.update(variant)
     return fields
 
@@ -45,9 +48,7 @@ def make(name: str, **overrides) -> TextEnv:
     valid = env_fields(name)
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
-        raise ValueError(
-            f"env {name!r} has no field(s) {unknown}; valid fields: {', '.join(sorted(valid))}"
-        )
+        raise ValueError(f"env {name!r} has no field(s) {unknown}; valid fields: {', '.join(sorted(valid))}")
     return cls(**{**variant, **overrides})
 
 

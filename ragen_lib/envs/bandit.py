@@ -49,13 +49,25 @@ class BanditEnv(TextEnv):
     max_actions_per_turn = 1
     max_actions_per_episode = 1
 
-    def __init__(self, low_risk_name: str = "Phoenix", high_risk_name: str = "Dragon",
-                 low_risk_reward: float = 0.15, high_risk_reward: float = 1.0, high_risk_p: float = 0.25,
-                 shuffle: bool = True):
+    def __init__(
+        self,
+        low_risk_name: str = "Phoenix",
+        high_risk_name: str = "Dragon",
+        low_risk_reward: float = 0.15,
+        high_risk_reward: float = 1.0,
+        high_risk_p: float = 0.25,
+        shuffle: bool = True,
+    ):
         super().__init__()
-        if not (isinstance(low_risk_name, str) and isinstance(high_risk_name, str)
-                and low_risk_name.strip() and high_risk_name.strip()):
-            raise ValueError(f"arm names must be non-empty strings, got {low_risk_name!r}, {high_risk_name!r}")
+        if not (
+            isinstance(low_risk_name, str)
+            and isinstance(high_risk_name, str)
+            and low_risk_name.strip()
+            and high_risk_name.strip()
+        ):
+            raise ValueError(
+                f"arm names must be non-empty strings, got {low_risk_name!r}, {high_risk_name!r}"
+            )
         # parse_action matches names ignoring case, so "Dragon" and "dragon" would be one arm.
         if low_risk_name.strip().lower() == high_risk_name.strip().lower():
             raise ValueError(f"bandit arm names must differ (ignoring case), got {low_risk_name!r} twice")

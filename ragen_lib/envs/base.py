@@ -87,6 +87,4 @@ class TextEnv:
         raise NotImplementedError
 
     def _invalid(self, action: str) -> ValueError:
-        return ValueError(
-            f"{self.name}: unknown action {action!r}; valid actions: {', '.join(self.actions)}"
-        )
+        return ValueError(f"{self.name}: unknown action {action!r}; valid actions: {', '.join(self.actions)}")

@@ -11,8 +11,12 @@ from ragen_lib.envs.base import TextEnv
 #: Action name -> (row, column) offset, in the order of `FrozenLakeEnv.actions` (Gymnasium's 0..3).
 MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 #: Where a slip sends you: the two directions perpendicular to the intended one (never backwards).
-PERPENDICULAR = {"Left": ("Up", "Down"), "Down": ("Left", "Right"), "Right": ("Up", "Down"),
-                 "Up": ("Left", "Right")}
+PERPENDICULAR = {
+    "Left": ("Up", "Down"),
+    "Down": ("Left", "Right"),
+    "Right": ("Up", "Down"),
+    "Up": ("Left", "Right"),
+}
 #: Tile and player symbols.
 FROZEN, HOLE, GOAL = "_", "O", "G"
 PLAYER, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "X", "√"
@@ -22,8 +26,12 @@ SLIPPERY_NOTE = " The ice is slippery: you may move perpendicular to your intend
 
 def _instructions(is_slippery: bool) -> str:
     # Telling the model about slips it will never see would mislead it.
-    return ("You are walking on a frozen lake. Reach the goal G without falling into a hole O."
-            + (SLIPPERY_NOTE if is_slippery else "") + "\n" + LEGEND)
+    return (
+        "You are walking on a frozen lake. Reach the goal G without falling into a hole O."
+        + (SLIPPERY_NOTE if is_slippery else "")
+        + "\n"
+        + LEGEND
+    )
 
 
 #: Map draws before giving up; only an absurdly low `p_frozen` on a large map gets near it.
@@ -62,8 +70,15 @@ class FrozenLakeEnv(TextEnv):
     max_actions_per_turn = 5
     max_actions_per_episode = 10
 
-    def __init__(self, size: int = 4, p_frozen: float = 0.8, is_slippery: bool = True,
-                 slip_prob: float = 2 / 3, goal_reward: float = 1.0, max_steps: int = 100):
+    def __init__(
+        self,
+        size: int = 4,
+        p_frozen: float = 0.8,
+        is_slippery: bool = True,
+        slip_prob: float = 2 / 3,
+        goal_reward: float = 1.0,
+        max_steps: int = 100,
+    ):
         super().__init__()
         if not isinstance(size, (int, np.integer)) or size < 2:
             raise ValueError(f"size must be an integer >= 2, got {size!r}")
@@ -74,7 +89,11 @@ class FrozenLakeEnv(TextEnv):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.size, self.p_frozen, self.is_slippery = int(size), float(p_frozen), bool(is_slippery)
-        self.slip_prob, self.goal_reward, self.max_steps = float(slip_prob), float(goal_reward), int(max_steps)
+        self.slip_prob, self.goal_reward, self.max_steps = (
+            float(slip_prob),
+            float(goal_reward),
+            int(max_steps),
+        )
         self.instructions = _instructions(self.is_slippery)
         self.grid = np.full((self.size, self.size), FROZEN)
         self.grid[-1, -1] = GOAL
@@ -94,7 +113,9 @@ class FrozenLakeEnv(TextEnv):
             if _shortest_path(grid, (0, 0)) is not None:
                 break
         else:  # pragma: no cover - needs an absurd p_frozen
-            raise RuntimeError(f"no solvable {n}x{n} map in {MAX_GEN_TRIES} draws at p_frozen={self.p_frozen}")
+            raise RuntimeError(
+                f"no solvable {n}x{n} map in {MAX_GEN_TRIES} draws at p_frozen={self.p_frozen}"
+            )
         self._set_state(grid, (0, 0))
         return self.render(), {"success": False}
 
@@ -134,7 +155,7 @@ class FrozenLakeEnv(TextEnv):
             raise ValueError(f"unknown symbols {sorted(bad)}; valid symbols: {FROZEN} {HOLE} {GOAL} {PLAYER}")
         if (grid == PLAYER).sum() != 1 or (grid == GOAL).sum() != 1:
             raise ValueError("board needs exactly one P and one G")
-        (r, c), = zip(*np.nonzero(grid == PLAYER))
+        ((r, c),) = zip(*np.nonzero(grid == PLAYER))
         grid[r, c] = FROZEN
         env = cls(size=n, **kwargs)
         env._set_state(grid, (int(r), int(c)))

@@ -71,9 +71,18 @@ class SokobanEnv(TextEnv):
     max_actions_per_turn = 5
     max_actions_per_episode = 10
 
-    def __init__(self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, num_gen_steps: int = 20,
-                 symbols: str = "default", step_penalty: float = -0.1, box_on_target_reward: float = 1.0,
-                 box_off_target_reward: float = -1.0, solved_reward: float = 10.0, max_steps: int = 100):
+    def __init__(
+        self,
+        dim_room: tuple[int, int] = (6, 6),
+        num_boxes: int = 1,
+        num_gen_steps: int = 20,
+        symbols: str = "default",
+        step_penalty: float = -0.1,
+        box_on_target_reward: float = 1.0,
+        box_off_target_reward: float = -1.0,
+        solved_reward: float = 10.0,
+        max_steps: int = 100,
+    ):
         super().__init__()
         if symbols not in SYMBOLS:
             raise ValueError(f"unknown symbols {symbols!r}; valid symbols: {', '.join(SYMBOLS)}")
@@ -85,8 +94,9 @@ class SokobanEnv(TextEnv):
             raise ValueError(f"dim_room must be (rows, cols) with both >= 4, got {dim_room!r}")
         max_boxes = (rows - 2) * (cols - 2) // 3
         if not 1 <= num_boxes <= max_boxes:
-            raise ValueError(f"num_boxes must be between 1 and {max_boxes} for a {rows}x{cols} room, "
-                             f"got {num_boxes}")
+            raise ValueError(
+                f"num_boxes must be between 1 and {max_boxes} for a {rows}x{cols} room, got {num_boxes}"
+            )
         if num_gen_steps < 1 or max_steps < 1:
             raise ValueError(f"num_gen_steps and max_steps must be >= 1, got {num_gen_steps}, {max_steps}")
         self.dim_room, self.num_boxes, self.num_gen_steps = (rows, cols), int(num_boxes), int(num_gen_steps)
@@ -175,8 +185,10 @@ class SokobanEnv(TextEnv):
         for r, line in enumerate(lines):
             for c, s in enumerate(line):
                 if s not in ch:
-                    raise ValueError(f"unknown symbol {s!r} at row {r}, column {c}; valid symbols "
-                                     f"({env.symbols}): {' '.join(ch)}")
+                    raise ValueError(
+                        f"unknown symbol {s!r} at row {r}, column {c}; valid symbols "
+                        f"({env.symbols}): {' '.join(ch)}"
+                    )
                 kind = ch.index(s)
                 walls[r, c] = kind == WALL
                 if kind in (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET):
@@ -188,8 +200,10 @@ class SokobanEnv(TextEnv):
         if len(players) != 1:
             raise ValueError(f"board must have exactly one player, found {len(players)}")
         if not boxes or len(boxes) > len(targets):
-            raise ValueError(f"board needs at least one box and no more boxes than targets, "
-                             f"found {len(boxes)} boxes and {len(targets)} targets")
+            raise ValueError(
+                f"board needs at least one box and no more boxes than targets, "
+                f"found {len(boxes)} boxes and {len(targets)} targets"
+            )
         env.dim_room, env.walls, env.player = shape, walls, players[0]
         env.targets, env.boxes, env.num_boxes = frozenset(targets), frozenset(boxes), len(boxes)
         return env

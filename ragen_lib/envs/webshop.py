@@ -33,8 +33,16 @@ def catalogue(seed: int = 0, price_min: int = 20, price_max: int = 150) -> list[
     for i, (colour, size, cat) in enumerate(combos):
         brand = BRANDS[int(rng.integers(len(BRANDS)))]
         price = int(rng.integers(price_min, price_max + 1))  # uniform, both ends included
-        items.append({"id": f"p{i:02d}", "colour": colour, "size": size, "category": cat, "price": price,
-                      "title": f"{brand} {colour} {cat}, size {size}"})
+        items.append(
+            {
+                "id": f"p{i:02d}",
+                "colour": colour,
+                "size": size,
+                "category": cat,
+                "price": price,
+                "title": f"{brand} {colour} {cat}, size {size}",
+            }
+        )
     return items
 
 
@@ -77,17 +85,29 @@ class WebShopEnv(TextEnv):
 
     name = "webshop"
     actions = ()  # free-form; `action_help` describes the syntax in the prompt
-    action_help = ("search:<query> (lists the top 5 matching products), click:<product id> (shows a "
-                   "product), buy:<product id> (buys it and ends the episode)")
-    instructions = ("You are shopping online. Find the product the instruction describes (colour, "
-                    "category, size and price cap) and buy it. Product ids look like p07.")
+    action_help = (
+        "search:<query> (lists the top 5 matching products), click:<product id> (shows a "
+        "product), buy:<product id> (buys it and ends the episode)"
+    )
+    instructions = (
+        "You are shopping online. Find the product the instruction describes (colour, "
+        "category, size and price cap) and buy it. Product ids look like p07."
+    )
     max_turns = 5
     max_actions_per_turn = 1
     max_actions_per_episode = 5
 
-    def __init__(self, catalog_seed: int = 0, price_min: int = 20, price_max: int = 150,
-                 max_cap_margin: int = 30, top_k: int = 5, progress_reward: float = 0.0,
-                 no_progress_reward: float = 0.0, max_steps: int = 15):
+    def __init__(
+        self,
+        catalog_seed: int = 0,
+        price_min: int = 20,
+        price_max: int = 150,
+        max_cap_margin: int = 30,
+        top_k: int = 5,
+        progress_reward: float = 0.0,
+        no_progress_reward: float = 0.0,
+        max_steps: int = 15,
+    ):
         super().__init__()
         if not 0 < price_min <= price_max:
             raise ValueError(f"need 0 < price_min <= price_max, got {price_min}, {price_max}")
@@ -162,8 +182,10 @@ class WebShopEnv(TextEnv):
 
     def render(self) -> str:
         g = self.goal
-        head = (f"Instruction: Find a {g.get('colour')} {g.get('category')} in size {g.get('size')} "
-                f"under ${g.get('cap')}.")
+        head = (
+            f"Instruction: Find a {g.get('colour')} {g.get('category')} in size {g.get('size')} "
+            f"under ${g.get('cap')}."
+        )
         if self.page == "home":
             body = "Page: home"
         elif self.page == "results":
@@ -174,8 +196,10 @@ class WebShopEnv(TextEnv):
             body = f"Page: order placed\nYou bought {p['id']}: {p['title']} ${p['price']}."
         else:
             p = self.by_id[self.page]
-            body = (f"Page: product {p['id']}\nTitle: {p['title']}\nColour: {p['colour']}\nSize: {p['size']}\n"
-                    f"Category: {p['category']}\nPrice: ${p['price']}")
+            body = (
+                f"Page: product {p['id']}\nTitle: {p['title']}\nColour: {p['colour']}\nSize: {p['size']}\n"
+                f"Category: {p['category']}\nPrice: ${p['price']}"
+            )
         return f"{head}\n{body}"
 
     # --- helpers and the scripted expert ----------------------------------------------------
@@ -197,7 +221,9 @@ class WebShopEnv(TextEnv):
     def random_action(self, rng: np.random.Generator) -> str:
         """A valid action with random content: a query of random attribute words, a click on a
         random listed product, or buying the product on the page."""
-        options = ["search"] + (["click"] if self.shown else []) + (["buy"] if self.page in self.by_id else [])
+        options = (
+            ["search"] + (["click"] if self.shown else []) + (["buy"] if self.page in self.by_id else [])
+        )
         verb = str(rng.choice(options))
         if verb == "search":
             return f"search:{rng.choice(COLOURS)} {rng.choice(SIZES)} {rng.choice(CATEGORIES)}"
