@@ -76,6 +76,14 @@ def apo_pool(cfg: Config) -> list[int]:
     return [int(s) for s in rng.integers(0, 2**31 - 1, cfg.algo.apo_prompt_pool)]
 
 
+def apo_states(cfg: Config, step: int, pool: list[int]) -> list[int]:
+    """A*-PO stage 2: P·N distinct states of the pool, one sample each."""
+    pick = step_rng(cfg.train.seed, step, APO_PICK).choice(
+        len(pool), cfg.train.groups * cfg.train.group_size, replace=False
+    )
+    return [pool[i] for i in pick]
+
+
 def val_seeds(env_name: str, n: int) -> list[int]:
     """The env's fixed evaluation states (`TextEnv.eval_seeds`; WebShop: its 256 instructions)."""
     if env_name not in REGISTRY:

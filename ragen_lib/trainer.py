@@ -28,6 +28,8 @@ from ragen_lib.distributed import Ranks, Shard, local_device
 from ragen_lib.rollout import RolloutBatch, collect
 from ragen_lib.warmup import warmup
 
+TRAINED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "token_rewards", "rewards", "reasoning_bonus")
+"""The rollout batch's fields the update reads, for the rows the filter kept."""
 REUSE_UPDATE_LOGP = True
 """Take the old log-probs from the update's forward when a batch gets one optimizer step (exact;
 saves a policy forward). False forces the separate no-grad forward (tests compare the two)."""
@@ -56,17 +58,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         warm = warmup(policy, tok, cfg, device, progress=progress and ranks.main)
     # The reference is the policy RL starts from (after any warm-up); KL is logged against it.
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
-    fused = torch.device(device).type == "cuda"
-    opt = torch.optim.AdamW(
-        policy.parameters(), lr=t.actor_lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused
-    )
-    critic_opt = (
-        torch.optim.AdamW(
-            critic.parameters(), lr=t.critic_lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused
-        )
-        if critic
-        else None
-    )
+    opt, critic_opt = _optimizers(policy, critic, t, device)
     if state is not None:
         _restore(state, policy, reference, opt, critic, critic_opt)
     ranks.copy_weights(policy, reference, *([critic] if critic else []))  # they agree already: make sure
@@ -104,13 +96,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # ---- rollout (reused for rollout_reuse consecutive updates: the freshness study) ----
         block = step - step % t.rollout_reuse
         if full is None or step == block:  # a resumed run re-plays its block's initial states
-            if a.advantage == "apo":
-                pick = seeds.step_rng(t.seed, block, seeds.APO_PICK).choice(
-                    len(pool), t.groups * t.group_size, replace=False
-                )
-                states = [pool[i] for i in pick]
-            else:
-                states = seeds.train_seeds(cfg, block)
+            states = seeds.apo_states(cfg, block, pool) if pool else seeds.train_seeds(cfg, block)
             policy.eval()
             # Each rank plays its contiguous share of the groups (the states the single-process run
             # plays there) with its own sampling stream.
@@ -137,21 +123,9 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             mode=a.filter_mode,
             generator=torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.FILTER)),
         )
-        kept = (
-            A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()
-        )  # (B_all,) global rows
+        kept = A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()  # (B_all,)
         shard = ranks.keep(kept, len(full))
-        data = {
-            k: getattr(full, k)[shard.rows]
-            for k in (
-                "input_ids",
-                "attention_mask",
-                "loss_mask",
-                "token_rewards",
-                "rewards",
-                "reasoning_bonus",
-            )
-        }
+        data = {k: getattr(full, k)[shard.rows] for k in TRAINED_FIELDS}
         mask = data["loss_mask"]
 
         # ---- old-policy, reference and critic forwards (no grad, once per batch) ----
@@ -196,10 +170,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         update = _update(
             data,
             shard,
-            policy,
-            critic,
-            opt,
-            critic_opt,
+            (policy, opt),
+            (critic, critic_opt),
             cfg,
             step,
             device,
@@ -209,37 +181,17 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         t_update = time.perf_counter() - t2
 
         # ---- metrics (names: ragen_lib.metrics.METRICS) over all ranks' episodes; times are this rank's ----
-        m.update(
-            M.step_metrics(
-                episodes,
-                tokenizer=tok,
-                group_std=group_std,
-                keep=keep,
-                kept_reasoning=shard.cat(data["reasoning_bonus"]),
-                update=update,
-                **{
-                    "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
-                    "policy/kl_ref": float(
-                        ranks.masked_mean(A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1"), mask)
-                    ),
-                    "critic/explained_var": M.explained_variance(
-                        data["values"], returns, mask, ranks.masked_mean
-                    )
-                    if critic
-                    else float("nan"),
-                    "policy/skipped_steps": skipped["policy"],
-                    "critic/skipped_steps": skipped["critic"],
-                    "time/rollout": t_rollout,
-                    "time/forward": t_forward,
-                    "time/update": t_update,
-                    "throughput/gen_tokens_per_s": int(episodes["gen_tokens"].sum()) / max(t_rollout, 1e-9),
-                    "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum()))
-                    * t.ppo_epochs
-                    / max(t_update, 1e-9),
-                    "memory/peak_gb": M.peak_memory_gb(device),
-                },
-            )
-        )
+        m.update(M.step_metrics(
+            episodes, tokenizer=tok, group_std=group_std, keep=keep, update=update,
+            kept_reasoning=shard.cat(data["reasoning_bonus"]),
+            **_batch_metrics(data, returns, ranks, critic is not None), **{
+                "policy/skipped_steps": skipped["policy"], "critic/skipped_steps": skipped["critic"],
+                "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
+                "throughput/gen_tokens_per_s": int(episodes["gen_tokens"].sum()) / max(t_rollout, 1e-9),
+                "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum())) * t.ppo_epochs
+                / max(t_update, 1e-9),
+                "memory/peak_gb": M.peak_memory_gb(device),
+            }))  # fmt: skip
         if step == first and start is None:
             m.update(warm)
 
@@ -302,28 +254,20 @@ def _no_grad_forwards(
 
 
 def _update(
-    data: dict,
-    shard: Shard,
-    policy,
-    critic,
-    opt,
-    critic_opt,
-    cfg: Config,
-    step: int,
-    device,
-    skipped: dict,
-    *,
-    old_from_update: bool,
-) -> dict[str, list[float]]:
+    data: dict, shard: Shard, actor: tuple, value: tuple, cfg: Config, step: int, device, skipped: dict, *,
+    old_from_update: bool
+) -> dict[str, list[float]]:  # fmt: skip
     """`ppo_epochs` passes of mini-batch updates over the kept batch; returns the per-micro-batch
     (grad norm: per optimizer step) statistics of all ranks.
 
     Mini-batches are drawn from the global kept batch (the same permutation on every rank); each
-    rank runs the rows it holds and the gradients are summed over ranks before clipping. With
+    rank runs the rows it holds and the gradients are summed over ranks before clipping. `actor` is
+    (policy, optimizer), `value` (critic, optimizer) or (None, None). With
     `old_from_update` (one optimizer step) the old log-probs and entropies are written into `data`
     from the update's own forward.
     """
     t, a = cfg.train, cfg.algo
+    (policy, opt), (critic, critic_opt) = actor, value
     objective = A.POLICY_OBJECTIVES[a.objective]
     stats: dict[str, list[float]] = {k: [] for k in M.UPDATE_KEYS}  # the same keys on every rank
     order = torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.MINIBATCH_ORDER))
@@ -379,6 +323,31 @@ def _update(
     # Per-micro-batch values of every rank; the grad norm is taken after the sum over ranks, so it
     # is the same on every rank and not gathered.
     return {k: v if k == "policy/grad_norm" else shard.cat(v) for k, v in stats.items()}
+
+
+def _batch_metrics(data: dict, returns: torch.Tensor, ranks: Ranks, has_critic: bool) -> dict:
+    """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens."""
+    mask = data["loss_mask"]
+    kl = A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1")
+    return {
+        "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
+        "policy/kl_ref": float(ranks.masked_mean(kl, mask)),
+        "critic/explained_var": M.explained_variance(data["values"], returns, mask, ranks.masked_mean)
+        if has_critic
+        else float("nan"),
+    }
+
+
+def _optimizers(policy, critic, t, device: str):
+    """AdamW for the policy and (when there is one) the critic, fused kernels on CUDA."""
+    fused = torch.device(device).type == "cuda"
+
+    def adamw(module, lr):
+        return torch.optim.AdamW(
+            module.parameters(), lr=lr, betas=t.betas, weight_decay=t.weight_decay, fused=fused
+        )
+
+    return adamw(policy, t.actor_lr), (adamw(critic, t.critic_lr) if critic else None)
 
 
 def _step(module, opt, grad_clip: float, shard: Shard, skipped: dict, name: str) -> float:
