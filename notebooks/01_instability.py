@@ -29,6 +29,8 @@ overrides = {}
 # ## Criterion, fixed before any result
 # Collapse step = first step after the peak where validation success (training success when no
 # validation) falls below half its peak; a run that never collapses counts as the last step + 1.
+# Judged on the paper's loss mask (every token after the system turn); the response-only mask runs
+# are an ablation shown beside it, not part of the verdict.
 # REPRODUCED when, on Bandit and Sokoban, PPO's collapse step is later than GRPO's, and on
 # FrozenLake GRPO's is not earlier than PPO's. INCONCLUSIVE when any run's peak success is below
 # 0.05 (nothing learned, nothing to collapse).
@@ -38,6 +40,7 @@ from ragen_lib import analysis, experiments, plots
 
 
 def judge(df):
+    df = df[df["study"] == "paper-mask"]
     metric = "val/success" if df["val/success"].notna().any() else "rollout/success"
     measured, learned = {}, True
     for env in ["bandit", "sokoban", "frozenlake"]:
@@ -84,14 +87,25 @@ df = experiments.run_finding("01_instability", profile, seeds=seeds, overrides=o
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 
 # %%
+panels = ["rollout/success", "val/success", "reward/std", "policy/grad_norm"]
 fig = plots.curves(
-    df,
-    ["rollout/success", "val/success", "reward/std", "policy/grad_norm"],
+    df[df["study"] == "paper-mask"],
+    panels,
     hue="cfg.algo.name",
     col="cfg.env.name",
-    title="Fig. 5: StarPO-PPO vs StarPO-GRPO",
+    title="Fig. 5: StarPO-PPO vs StarPO-GRPO (paper's loss mask)",
 )
-figures = [plots.save(fig, profile, f"{finding}_curves")]
+ablation = plots.curves(
+    df[df["study"] == "response-mask"],
+    panels,
+    hue="cfg.algo.name",
+    col="cfg.env.name",
+    title="Ablation: the same with the response-only loss mask",
+)
+figures = [
+    plots.save(fig, profile, f"{finding}_curves"),
+    plots.save(ablation, profile, f"{finding}_response_mask"),
+]
 
 # %%
 verdict = judge(df)

@@ -40,6 +40,8 @@ from ragen_lib import analysis, experiments, plots
 
 
 def label(row):
+    if row["study"] == "reference":
+        return "vanilla StarPO (RAGEN's reference)"
     keep = f"{row['cfg.algo.filter_keep']:.0%}"
     return {"top": f"top {keep}", "bottom": f"lowest-std {keep}", "random": f"random {keep}"}[
         row["cfg.algo.filter_mode"]
@@ -88,7 +90,8 @@ fig = plots.curves(
     df,
     [metric, "reward/group_std_kept", "policy/entropy"],
     hue="variant",
-    title="Fig. 7: uncertainty filtering (FrozenLake, StarPO-PPO)",
+    col="cfg.env.name",
+    title="Fig. 7: uncertainty filtering (StarPO-S settings: KL 0, clip-higher)",
 )
 finals = analysis.late_table(df, metric, "variant")
 display(finals)

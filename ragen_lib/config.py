@@ -103,6 +103,11 @@ class AlgoConfig:
     """The policy objective (`algorithms.POLICY_OBJECTIVES`): ppo-clip | apo. None: the preset's."""
     critic: bool | None = None
     """A value head on a copy of the base model (StarPO-PPO, StarPO-S). None: the preset's."""
+    loss_mask: str | None = None
+    """Which tokens the update covers (policy loss, advantage whitening, entropy, KL, critic):
+    "paper": every token after the system turn, observations included, as RAGEN's paper runs
+    (`enable_response_mask: False` at 385bc30); "response": only the tokens the model generated
+    (RAGEN's later default; A*-PO's log-ratio). None: the preset's."""
     gamma: float = 1.0
     """GAE discount over policy tokens (RAGEN: 1)."""
     lam: float = 1.0
@@ -136,8 +141,14 @@ class AlgoConfig:
     """A*-PO stage 2 scale of the log-ratio regressed onto r − V*."""
     apo_ref_samples: int = 8
     """A*-PO stage 1: reference samples per initial state."""
-    apo_prompt_pool: int = 256
-    """A*-PO: the fixed set of training initial states whose V* is estimated offline."""
+    apo_prompt_pool: int | None = None
+    """A*-PO: the fixed set of training initial states whose V* is estimated offline. None:
+    train.steps × train.groups, as many distinct states as StarPO sees over the run (A*-PO's stage 1
+    covers its whole training set); stage 1's cost grows with it and is logged as time/v_star."""
+    apo_reward_scale: str = "range"
+    """How A*-PO's β1 and β2 (set for 0/1 rewards) meet multi-turn returns: "range" divides every
+    reward A*-PO sees (stage 1 and 2) by the spread of stage 1's reference rewards (max − min over
+    the pool), so returns span about [0, 1] as in A*-PO's setting; "none" uses the raw returns."""
     apo_refresh_every: int = 0
     """Re-estimate V* with the current policy every K steps (0: never, as released)."""
     apo_adaptive: bool = False
@@ -152,6 +163,8 @@ class AlgoConfig:
         _choice("algo.objective", self.objective, tuple(POLICY_OBJECTIVES))
         _choice("algo.kl_estimator", self.kl_estimator, tuple(KL_ESTIMATORS))
         _choice("algo.filter_mode", self.filter_mode, FILTER_MODES)
+        _choice("algo.loss_mask", self.loss_mask, LOSS_MASKS)
+        _choice("algo.apo_reward_scale", self.apo_reward_scale, ("range", "none"))
         if self.advantage == "gae" and not self.critic:
             raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
         if not 0 < self.filter_keep <= 1:
@@ -168,13 +181,17 @@ class AlgoConfig:
 
 
 #: Every preset sets exactly these fields: the ones that tell the algorithms apart.
-PRESET_FIELDS = ("advantage", "objective", "critic", "kl_coef", "kl_in_reward", "clip_high", "filter_keep")
+PRESET_FIELDS = (
+    "advantage", "objective", "critic", "loss_mask", "kl_coef", "kl_in_reward", "clip_high", "filter_keep",
+)  # fmt: skip
+LOSS_MASKS = ("paper", "response")
 ALGO_PRESETS: dict[str, dict] = {
     # Vanilla StarPO with a critic: KL 0.001 (k1) in the reward, symmetric clip 0.2, no filter.
     "starpo-ppo": {
         "advantage": "gae",
         "objective": "ppo-clip",
         "critic": True,
+        "loss_mask": "paper",
         "kl_coef": 0.001,
         "kl_in_reward": True,
         "clip_high": 0.2,
@@ -185,6 +202,7 @@ ALGO_PRESETS: dict[str, dict] = {
         "advantage": "grpo",
         "objective": "ppo-clip",
         "critic": False,
+        "loss_mask": "paper",
         "kl_coef": 0.001,
         "kl_in_reward": False,
         "clip_high": 0.2,
@@ -195,6 +213,7 @@ ALGO_PRESETS: dict[str, dict] = {
         "advantage": "gae",
         "objective": "ppo-clip",
         "critic": True,
+        "loss_mask": "paper",
         "kl_coef": 0.0,
         "kl_in_reward": True,
         "clip_high": 0.28,
@@ -205,6 +224,7 @@ ALGO_PRESETS: dict[str, dict] = {
         "advantage": "apo",
         "objective": "apo",
         "critic": False,
+        "loss_mask": "response",
         "kl_coef": 0.0,
         "kl_in_reward": True,
         "clip_high": 0.2,
@@ -222,13 +242,21 @@ class TrainConfig:
     group_size: int = 16
     """N: rollouts per initial state. A*-PO uses one sample per state in stage 2."""
     mini_batch_size: int = 32
-    """Episodes per optimizer step."""
+    """Episodes per optimizer step (RAGEN: 32, counted after the filter, so vanilla StarPO's 128
+    episodes take 4 steps and StarPO-S's 32 kept ones take 1)."""
+    mini_batches: int | None = None
+    """When set, the kept batch is split into this many mini-batches (× online_k) whatever its size,
+    instead of mini-batches of `mini_batch_size`: a filtered and an unfiltered run then both take
+    several optimizer steps per batch, so PPO's clip acts in both."""
     micro_batch_size: int = 8
     """Episodes per forward/backward (gradient accumulation inside a mini-batch)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
-    rollout_reuse: int = 1
-    """Updates per rollout batch (the freshness study: 1, 2, 5, 10)."""
+    online_k: int = 1
+    """RAGEN's freshness study (online-k, Fig. 10): each rollout plays online_k × groups initial
+    states and the update takes online_k × as many optimizer steps from it, each on other groups,
+    with old log-probs from the behaviour policy. To keep the optimizer steps and episodes of k = 1,
+    a run plays steps / online_k rollouts, logged at steps 0, k, 2k, …"""
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
     weight_decay: float = 0.01
@@ -266,10 +294,15 @@ class TrainConfig:
             "mini_batch_size",
             "micro_batch_size",
             "ppo_epochs",
-            "rollout_reuse",
+            "online_k",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def logged_steps(self) -> range:
+        """The steps a finished run has logged: 0 … steps − 1, every online_k-th (one per rollout)."""
+        return range(0, self.steps, self.online_k)
 
 
 @dataclass(frozen=True)
@@ -285,10 +318,18 @@ class Config:
         t, a = self.train, self.algo
         if a.advantage == "apo" and a.filter_keep < 1:
             raise ValueError("A*-PO samples one answer per state; the group filter needs algo.filter_keep=1")
-        if a.advantage == "apo" and t.groups * t.group_size > a.apo_prompt_pool:
+        if (
+            a.advantage == "apo"
+            and a.apo_prompt_pool is not None
+            and t.groups * t.group_size > a.apo_prompt_pool
+        ):
             raise ValueError(
                 f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct states "
                 f"per step from a pool of algo.apo_prompt_pool={a.apo_prompt_pool}; raise it"
+            )
+        if t.mini_batches is not None and t.mini_batches < 1:
+            raise ValueError(
+                f"train.mini_batches must be >= 1 or None (use mini_batch_size), got {t.mini_batches}"
             )
         world = world_size()
         if t.groups % world:
@@ -303,6 +344,13 @@ class Config:
     def hash(self) -> str:
         """Stable across processes and machines: sha256 of the canonical JSON, 12 hex chars."""
         return dict_hash(self.to_dict())
+
+    @property
+    def apo_pool_size(self) -> int:
+        """algo.apo_prompt_pool, or as many states as StarPO sees over the run (steps × groups), and at
+        least the P·N distinct states one step draws."""
+        t = self.train
+        return self.algo.apo_prompt_pool or max(t.steps * t.groups, t.groups * t.group_size)
 
     def slug(self) -> str:
         """A readable run name: <algorithm>_<env>_s<seed> (the hash makes a folder unique)."""

@@ -8,6 +8,7 @@ Grid files hold `base` (dotted overrides for every run) and `grid`: a mapping of
 value lists (cartesian product) or a list of override dicts; `extra` adds more variants. Keys
 without a dot in a variant are labels (e.g. `study`): they become DataFrame columns, not config.
 Order of application: defaults ← base ← profile ← variant, so a variant's own values always win.
+A variant with `profiles: [paper]` runs only in those profiles.
 
 The grid's runs train in worker processes (`run_grid`, `worker_slots`): `runs_per_device` per GPU,
 or sharing the CPU cores.
@@ -105,11 +106,19 @@ def grid_file(finding: str | Path) -> Path:
 
 def points(grid) -> list[dict]:
     """A grid's variants: a mapping {dotted key: [values]} gives the cartesian product (keys in the
-    order given); a list of dicts gives one variant per dict."""
+    order given); a list of dicts gives one variant per dict. In a mapping, a key whose values are
+    dicts (e.g. `variant: [{algo.filter_keep: 0.5}, {algo.filter_keep: 0.25, study: x}]`) takes part
+    in the product with each dict merged in, so a list of variants can be crossed with envs."""
     if isinstance(grid, list):
         return [dict(p) for p in grid]
     keys = list(grid)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+    out = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        point: dict = {}
+        for k, v in zip(keys, combo):
+            point.update(v if isinstance(v, dict) else {k: v})
+        out.append(point)
+    return out
 
 
 def variants(
@@ -129,6 +138,9 @@ def variants(
     variants_ = points(grid) + list(spec.get("extra") or [])
     out = []
     for point in variants_:
+        only = point.pop("profiles", None)  # a variant for some profiles only (e.g. the paper's full table)
+        if only is not None and profile not in only:
+            continue
         labels = {k: v for k, v in point.items() if "." not in k}
         dotted = {k: v for k, v in point.items() if "." in k}
         for seed in seeds if seeds is not None else prof["seeds"]:

@@ -66,6 +66,12 @@ METRICS: dict[str, Metric] = {
         "clip fraction (high)", "fraction of tokens with A>0 and ratio > 1+clip_high"
     ),
     "policy/approx_kl": Metric("approx KL (old‖new)", "k3 estimate of KL(π_old ‖ π) during the update"),
+    "policy/ratio_std": Metric(
+        "ratio std", "spread (std over tokens) of the PPO ratio π/π_old during the update"
+    ),
+    "policy/optimizer_steps": Metric(
+        "optimizer steps", "optimizer steps the step's batch got (1: the ratio stays 1, clipping cannot act)"
+    ),
     "policy/skipped_steps": Metric(
         "skipped policy steps", "optimizer steps skipped for a non-finite gradient, since the start"
     ),
@@ -125,6 +131,7 @@ UPDATE_KEYS = (
     "policy/clip_frac_low",
     "policy/clip_frac_high",
     "policy/approx_kl",
+    "policy/ratio_std",
     "policy/grad_norm",
 )
 #: The keys every training step writes (plots and notebooks may rely on them).

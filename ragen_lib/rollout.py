@@ -127,6 +127,7 @@ class RolloutBatch:
     input_ids: torch.Tensor  # (B, T) long
     attention_mask: torch.Tensor  # (B, T) long
     loss_mask: torch.Tensor  # (B, T) float, 1 exactly on model-generated tokens
+    context_mask: torch.Tensor  # (B, T) float, 1 on every token after the system turn (RAGEN's paper mask)
     token_rewards: torch.Tensor  # (B, T) float, trajectory reward on the last generated token
     rewards: torch.Tensor  # (B,) trajectory reward: env rewards + format penalties
     success: torch.Tensor  # (B,) bool
@@ -266,7 +267,23 @@ def collect(
                 suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
                 tracks[i].extend(_encode(tokenizer, suffix), generated=False)
 
-    return _to_batch(episodes, tracks, responses, group_size, pad)
+    return _to_batch(
+        episodes, tracks, responses, group_size, pad, _system_turn_length(tokenizer, episodes[0])
+    )
+
+
+def _system_turn_length(tokenizer, episode: Episode) -> int:
+    """Tokens of the rendered system turn, the prefix every episode's ids start with. RAGEN's
+    paper-time loss mask (`enable_response_mask: False`) covers every target token predicted from
+    the first user turn's role token onwards, i.e. positions ≥ this length + 1."""
+    system = tokenizer.apply_chat_template(episode.messages[:1], tokenize=False)
+    full = tokenizer.apply_chat_template(episode.messages[:2], tokenize=False, add_generation_prompt=True)
+    if not full.startswith(system):
+        raise ValueError(
+            "the chat template does not render the system turn as a prefix of the conversation; "
+            "use algo.loss_mask=response with this model"
+        )
+    return len(_encode(tokenizer, system))
 
 
 @functools.lru_cache(maxsize=4)
@@ -288,11 +305,12 @@ def _shared_group(prompts: list[list[int]], group_size: int) -> int:
     return 1
 
 
-def _to_batch(episodes, tracks, responses, group_size, pad) -> RolloutBatch:
+def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) -> RolloutBatch:
     B, T = len(episodes), max(len(t.ids) for t in tracks)
     input_ids = torch.full((B, T), pad, dtype=torch.long)
     attention_mask = torch.zeros((B, T), dtype=torch.long)
     loss_mask = torch.zeros((B, T))
+    context_mask = torch.zeros((B, T))
     token_rewards = torch.zeros((B, T))
     rewards = torch.tensor([e.total_reward for e in episodes], dtype=torch.float)
     for b, t in enumerate(tracks):
@@ -300,12 +318,14 @@ def _to_batch(episodes, tracks, responses, group_size, pad) -> RolloutBatch:
         input_ids[b, :n] = torch.tensor(t.ids)
         attention_mask[b, :n] = 1
         loss_mask[b, :n] = torch.tensor(t.mask, dtype=torch.float)
+        context_mask[b, system_length + 1 : n] = 1
         last = max(j for j, m in enumerate(t.mask) if m) if any(t.mask) else n - 1
         token_rewards[b, last] = rewards[b]
     return RolloutBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
         loss_mask=loss_mask,
+        context_mask=context_mask,
         token_rewards=token_rewards,
         rewards=rewards,
         success=torch.tensor([e.success for e in episodes]),

@@ -66,14 +66,14 @@ def draw_states(seed: int, step: int, salt: int, n: int) -> list[int]:
 
 
 def train_seeds(cfg: Config, step: int) -> list[int]:
-    """P fresh initial states per step (RAGEN samples new states every iteration)."""
-    return draw_states(cfg.train.seed, step, TRAIN_STATES, cfg.train.groups)
+    """P (× online_k) fresh initial states per step (RAGEN samples new states every iteration)."""
+    return draw_states(cfg.train.seed, step, TRAIN_STATES, cfg.train.groups * cfg.train.online_k)
 
 
 def apo_pool(cfg: Config) -> list[int]:
     """A*-PO's fixed pool of initial states, whose V* stage 1 estimates once."""
     rng = run_rng(cfg.train.seed, APO_POOL)
-    return [int(s) for s in rng.integers(0, 2**31 - 1, cfg.algo.apo_prompt_pool)]
+    return [int(s) for s in rng.integers(0, 2**31 - 1, cfg.apo_pool_size)]
 
 
 def apo_states(cfg: Config, step: int, pool: list[int]) -> list[int]:

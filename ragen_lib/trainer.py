@@ -62,27 +62,26 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     if state is not None:
         _restore(state, policy, reference, opt, critic, critic_opt)
     ranks.copy_weights(policy, reference, *([critic] if critic else []))  # they agree already: make sure
-    first = 0 if start is None else start + 1
+    first = 0 if start is None else start + t.online_k
     skipped = {"policy": 0, "critic": 0} if state is None else state["skipped"]
 
     # ---- A*-PO stage 1: V* offline, once, on a fixed pool of initial states (kept in the checkpoint) ----
-    pool, v_star = [], {}
+    pool, v_star, reward_scale = [], {}, 1.0
     if a.advantage == "apo":
         pool = seeds.apo_pool(cfg)
         t_vs = time.perf_counter()
-        v_star = state["v_star"] if state is not None else estimate_v_star(reference, tok, cfg, pool, -1)
+        if state is not None:
+            v_star, reward_scale = state["v_star"], state["reward_scale"]
+        else:
+            v_star, reward_scale = estimate_v_star(reference, tok, cfg, pool, -1)
         warm["time/v_star"] = time.perf_counter() - t_vs  # stage 1's one-off cost, logged at step 0
 
-    rows, full = [], None
+    rows = []
     group_size = 1 if a.advantage == "apo" else t.group_size  # A*-PO: one sample per state in stage 2
-    bar = tqdm(
-        range(first, t.steps),
-        desc="train",
-        unit="step",
-        initial=first,
-        total=t.steps,
-        disable=not (progress and ranks.main),
-    )
+    last = t.logged_steps[-1]
+    bar = tqdm(t.logged_steps[t.logged_steps.index(first) if first <= last else len(t.logged_steps) :],
+               desc="train", unit="step", initial=first // t.online_k, total=len(t.logged_steps),
+               disable=not (progress and ranks.main))  # fmt: skip
     for step in bar:
         t0 = time.perf_counter()
         if device.startswith("cuda"):
@@ -90,26 +89,24 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         m: dict = {}
         if a.advantage == "apo" and a.apo_refresh_every and step and step % a.apo_refresh_every == 0:
             t_vs = time.perf_counter()
-            v_star = estimate_v_star(policy, tok, cfg, pool, step)  # re-estimate with the current policy
+            v_star, _ = estimate_v_star(policy, tok, cfg, pool, step, reward_scale)  # with the current policy
             m["time/v_star"] = time.perf_counter() - t_vs
 
-        # ---- rollout (reused for rollout_reuse consecutive updates: the freshness study) ----
-        block = step - step % t.rollout_reuse
-        if full is None or step == block:  # a resumed run re-plays its block's initial states
-            states = seeds.apo_states(cfg, block, pool) if pool else seeds.train_seeds(cfg, block)
-            policy.eval()
-            # Each rank plays its contiguous share of the groups (the states the single-process run
-            # plays there) with its own sampling stream.
-            full = collect(
-                policy,
-                tok,
-                cfg.env.name,
-                ranks.shard(states),
-                group_size,
-                cfg.rollout,
-                env_kwargs=dict(cfg.env.kwargs),
-                sample_seed=seeds.torch_seed(t.seed, block, seeds.ROLLOUT_SAMPLING) + ranks.rank,
-            )
+        # ---- rollout: P (× online_k) fresh initial states, N samples each ----
+        states = seeds.apo_states(cfg, step, pool) if pool else seeds.train_seeds(cfg, step)
+        policy.eval()
+        # Each rank plays its contiguous share of the groups (the states the single-process run
+        # plays there) with its own sampling stream.
+        full = collect(
+            policy,
+            tok,
+            cfg.env.name,
+            ranks.shard(states),
+            group_size,
+            cfg.rollout,
+            env_kwargs=dict(cfg.env.kwargs),
+            sample_seed=seeds.torch_seed(t.seed, step, seeds.ROLLOUT_SAMPLING) + ranks.rank,
+        )
         t_rollout = time.perf_counter() - t0
         episodes = ranks.cat(_episode_stats(full))  # every rank's episodes, in single-process order
 
@@ -126,13 +123,18 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         kept = A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()  # (B_all,)
         shard = ranks.keep(kept, len(full))
         data = {k: getattr(full, k)[shard.rows] for k in TRAINED_FIELDS}
+        if a.loss_mask == "paper":  # RAGEN's paper runs: every token after the system turn
+            data["loss_mask"] = full.context_mask[shard.rows]
+        if a.advantage == "apo":  # A*-PO's betas are set for rewards spanning about [0, 1]
+            data["rewards"] = data["rewards"] / reward_scale
         mask = data["loss_mask"]
 
         # ---- old-policy, reference and critic forwards (no grad, once per batch) ----
         # With one optimizer step per batch the update's own forward runs the policy the old
         # log-probs would come from, so they are taken from it (ratio 1, same gradient; TRL and
         # verl do the same). Not when the KL penalty sits in the GAE rewards: they need them first.
-        one_step = t.ppo_epochs == 1 and t.mini_batch_size >= shard.total
+        mb_size = -(-shard.total // (t.mini_batches * t.online_k)) if t.mini_batches else t.mini_batch_size
+        one_step = t.ppo_epochs == 1 and mb_size >= shard.total
         old_from_update = (
             REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward and a.advantage == "gae")
         )
@@ -176,6 +178,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             step,
             device,
             skipped,
+            mb_size=mb_size,
             old_from_update=old_from_update,
         )
         t_update = time.perf_counter() - t2
@@ -186,6 +189,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             kept_reasoning=shard.cat(data["reasoning_bonus"]),
             **_batch_metrics(data, returns, ranks, critic is not None), **{
                 "policy/skipped_steps": skipped["policy"], "critic/skipped_steps": skipped["critic"],
+                "policy/optimizer_steps": len(update["policy/grad_norm"]),
                 "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
                 "throughput/gen_tokens_per_s": int(episodes["gen_tokens"].sum()) / max(t_rollout, 1e-9),
                 "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum())) * t.ppo_epochs
@@ -196,7 +200,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             m.update(warm)
 
         # ---- validation on fixed states at val_temperature (rank 0 plays them all; the rest wait) ----
-        if t.val_every and (step % t.val_every == 0 or step == t.steps - 1):
+        if t.val_every and (step % t.val_every == 0 or step == last):
             for name in (cfg.env.name, *cfg.env.eval_envs) if ranks.main else ():
                 suffix = "" if name == cfg.env.name else f"/{name}"
                 m.update({f"{k}{suffix}": v for k, v in validate(policy, tok, cfg, name).items()})
@@ -212,10 +216,12 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                 run.log_samples(
                     step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))]
                 )
-            end_of_block = (step + 1) % t.rollout_reuse == 0
-            if end_of_block and ((step + 1) % t.checkpoint_every == 0 or step == t.steps - 1):
+            if (step + t.online_k) // t.checkpoint_every != step // t.checkpoint_every or step == last:
                 run.save_checkpoint(
-                    step, _checkpoint(policy, reference, opt, critic, critic_opt, skipped, v_star, cfg)
+                    step,
+                    _checkpoint(
+                        policy, reference, opt, critic, critic_opt, skipped, v_star, reward_scale, cfg
+                    ),
                 )
     if run is not None and not run.done:
         last = run.metrics()[-1] if run.metrics() else {}
@@ -255,7 +261,7 @@ def _no_grad_forwards(
 
 def _update(
     data: dict, shard: Shard, actor: tuple, value: tuple, cfg: Config, step: int, device, skipped: dict, *,
-    old_from_update: bool
+    mb_size: int, old_from_update: bool
 ) -> dict[str, list[float]]:  # fmt: skip
     """`ppo_epochs` passes of mini-batch updates over the kept batch; returns the per-micro-batch
     (grad norm: per optimizer step) statistics of all ranks.
@@ -274,7 +280,7 @@ def _update(
     row_tokens = shard.cat(data["loss_mask"].sum(1))  # (B_all,) loss tokens per global kept row
     policy.train()
     for _ in range(t.ppo_epochs):
-        for mb_rows in torch.randperm(shard.total, generator=order).split(t.mini_batch_size):
+        for mb_rows in torch.randperm(shard.total, generator=order).split(mb_size):
             n_tok = float(row_tokens[mb_rows].sum().clamp(min=1))  # token-mean over the GLOBAL mini-batch
             opt.zero_grad(set_to_none=True)
             if critic:
@@ -395,11 +401,15 @@ def validate(policy, tok, cfg: Config, env_name: str) -> dict:
     return {"val/success": success / len(states), "val/format_valid": valid / len(states)}
 
 
-def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int) -> dict[int, float]:
+def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int, reward_scale: float | None = None):
     """A*-PO stage 1: V*(x) = β1·(logsumexp(r/β1) − ln n) from n samples of `model` per state.
 
-    With apo_adaptive, half the sample budget goes uniformly and the other half to the states
-    whose first rewards vary (a constant reward says V* = that reward already).
+    Returns (V* per state, reward scale). With `algo.apo_reward_scale: range` the rewards are first
+    divided by their spread over all of stage 1's samples (max − min; 1 when they do not vary):
+    A*-PO's β1 = 0.5 and β2 = 1e-3 were set for rewards in {0, 1}, while a Sokoban return spans about
+    12. `reward_scale` given (a V* refresh) reuses stage 1's. With apo_adaptive, half the sample
+    budget goes uniformly and the other half to the states whose first rewards vary (a constant
+    reward says V* = that reward already).
     """
     a, rcfg = cfg.algo, dataclasses.replace(cfg.rollout, temperature=1.0)
     n0 = max(2, a.apo_ref_samples // 2) if a.apo_adaptive else a.apo_ref_samples
@@ -422,7 +432,15 @@ def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int) -> dict
         extra = len(pool) * (a.apo_ref_samples - n0) // len(varying)
         if extra:
             sample(varying, extra, 1)
-    return {s: float(A.apo_v_star(torch.tensor([r]), beta1=a.apo_beta1)[0]) for s, r in rewards.items()}
+    if reward_scale is None:
+        every = [r for rs in rewards.values() for r in rs]
+        spread = max(every) - min(every)
+        reward_scale = spread if a.apo_reward_scale == "range" and spread > 0 else 1.0
+    v_star = {
+        s: float(A.apo_v_star(torch.tensor([r]) / reward_scale, beta1=a.apo_beta1)[0])
+        for s, r in rewards.items()
+    }
+    return v_star, reward_scale
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,14 +460,16 @@ def _resume(run, ranks: Ranks):
     return start, state
 
 
-def _checkpoint(policy, reference, opt, critic, critic_opt, skipped: dict, v_star: dict, cfg: Config) -> dict:
+def _checkpoint(
+    policy, reference, opt, critic, critic_opt, skipped: dict, v_star: dict, reward_scale: float, cfg: Config
+) -> dict:
     ck = {"policy": policy.state_dict(), "opt": opt.state_dict(), "skipped": dict(skipped)}
     if critic:
         ck.update(critic=critic.state_dict(), critic_opt=critic_opt.state_dict())
     if cfg.train.warmup != "none":
         ck["reference"] = reference.state_dict()  # a warmed-up start is not the loaded weights
     if cfg.algo.advantage == "apo":
-        ck["v_star"] = v_star
+        ck.update(v_star=v_star, reward_scale=reward_scale)
     return ck
 
 

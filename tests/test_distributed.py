@@ -62,7 +62,15 @@ TINY = {
 
 # Metrics that are means over micro-batches (whose split differs between 1 and 2 processes) or
 # wall-clock measurements: not comparable across process counts.
-NOT_COMPARABLE = ("time/", "throughput/", "memory/", "loss/", "policy/clip_frac", "policy/approx_kl")
+NOT_COMPARABLE = (
+    "time/",
+    "throughput/",
+    "memory/",
+    "loss/",
+    "policy/clip_frac",
+    "policy/approx_kl",
+    "policy/ratio_std",
+)
 
 
 def _free_port() -> int:

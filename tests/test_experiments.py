@@ -132,3 +132,14 @@ def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_p
     assert sorted(df["cfg.train.seed"]) == [0, 1, 2]  # the three good runs finished despite the failure
     assert set(df["slot"]) <= {"a", "b"} and os.getpid() not in set(df["pid"])
     assert not Run(runs.run_dir(tmp_path, "f", cfgs[3]), cfgs[3]).done
+
+
+def test_dict_valued_grid_keys_cross_a_variant_list_and_profiles_gate_variants(tmp_path):
+    grid = experiments.points({"env.name": ["a", "b"], "variant": [{"x.y": 1}, {"x.y": 2, "study": "s"}]})
+    assert grid == [{"env.name": "a", "x.y": 1}, {"env.name": "a", "x.y": 2, "study": "s"},
+                    {"env.name": "b", "x.y": 1}, {"env.name": "b", "x.y": 2, "study": "s"}]  # fmt: skip
+    path = tmp_path / "g.yaml"
+    path.write_text("grid:\n  - {train.steps: 2}\n  - {train.steps: 4, profiles: [paper]}\n")
+    assert len(experiments.variants(path, "smoke")[1]) == 1
+    _, paper = experiments.variants(path, "paper", seeds=[0])
+    assert [c.train.steps for c, labels in paper] == [2, 4] and all("profiles" not in lab for _, lab in paper)

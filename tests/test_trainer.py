@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from ragen_lib import algorithms as A
 from ragen_lib import config, metrics, runs, seeds, trainer, warmup
 
 TINY = {
@@ -213,20 +214,32 @@ def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path):
     assert comparable(killed) == comparable(ref)
 
 
-def test_rollout_reuse_collects_once_per_block(monkeypatch):
-    calls = []
+def test_online_k_plays_k_times_the_groups_and_steps_k_times_from_each_rollout(monkeypatch):
+    """RAGEN's online-k: one rollout of k·P groups, k mini-batches on different groups, old log-probs
+    fixed at the behaviour policy (so the ratio departs from 1 after the first), steps/k rollouts."""
+    calls, olds = [], []
     real = trainer.collect
 
     def counting(*args, **kwargs):
-        calls.append(args[3])  # the seeds
+        calls.append(list(args[3]))  # the states
         return real(*args, **kwargs)
 
+    real_update = trainer._update
+
+    def spy(data, shard, *a, **k):
+        olds.append(data["old_logp"].clone())
+        out = real_update(data, shard, *a, **k)
+        assert torch.equal(data["old_logp"], olds[-1])  # never re-anchored during the update
+        return out
+
     monkeypatch.setattr(trainer, "collect", counting)
-    rows = trainer.train(
-        tiny(**{"algo.name": "starpo-grpo", "train.steps": 3, "train.rollout_reuse": 2}), progress=False
-    )
-    assert len(rows) == 3 and len(calls) == 2  # steps 0-1 share a batch; step 2 starts a new block
-    assert calls[0] != calls[1]
+    monkeypatch.setattr(trainer, "_update", spy)
+    over = {"algo.name": "starpo-grpo", "train.steps": 4, "train.online_k": 2, "train.mini_batch_size": 4}
+    rows = trainer.train(tiny(**over), progress=False)
+    assert [r["step"] for r in rows] == [0, 2]  # 4 steps' worth in 2 rollouts of 2k groups
+    assert [len(c) for c in calls] == [4, 4] and calls[0] != calls[1]  # k·P = 2·2 states each
+    assert all(r["policy/optimizer_steps"] == 2 for r in rows)  # 8 episodes in mini-batches of 4
+    assert all(r["policy/ratio_std"] > 0 for r in rows)  # the second mini-batch sees the first's update
 
 
 def test_warmup_cli_prints_the_rates_and_refuses_none(capsys):
@@ -267,3 +280,48 @@ def test_old_logprobs_from_the_update_forward_change_nothing(monkeypatch, algo):
             assert f[k] == pytest.approx(s[k], rel=1e-4, abs=1e-6), k
         assert f["rollout/success"] == s["rollout/success"]
         assert f["rollout/format_valid"] == s["rollout/format_valid"]
+
+
+def test_four_mini_batches_move_the_ratio_and_the_clip_acts():
+    """With one optimizer step per batch the ratio is exactly 1 and clip-higher is inert; with four,
+    every mini-batch after the first sees a policy the earlier ones moved."""
+    over = {"algo.name": "starpo-ppo", "algo.gamma": 0.9, "train.groups": 4, "train.mini_batches": 4,
+            "train.actor_lr": 0.05, "train.steps": 1}  # fmt: skip
+    [row] = trainer.train(tiny(**over), progress=False)
+    assert row["policy/optimizer_steps"] == 4
+    assert row["policy/ratio_std"] > 0.01
+    assert row["policy/clip_frac_low"] + row["policy/clip_frac_high"] > 0
+    [one] = trainer.train(tiny(**{**over, "train.mini_batches": 1}), progress=False)
+    assert one["policy/optimizer_steps"] == 1 and one["policy/ratio_std"] == pytest.approx(0, abs=1e-6)
+    assert one["policy/clip_frac_low"] == one["policy/clip_frac_high"] == 0
+
+
+@pytest.mark.parametrize("mode", ["paper", "response"])
+def test_loss_mask_mode_reaches_the_loss_the_whitening_and_the_entropy(monkeypatch, mode):
+    """paper: every token after the system turn (observations included); response: generated only."""
+    seen = {"collect": [], "estimator": [], "forward": []}
+    real_collect, real_gae, real_fwd = (
+        trainer.collect,
+        A.ADVANTAGE_ESTIMATORS["gae"],
+        trainer.models.forward_logp,
+    )
+    monkeypatch.setattr(trainer, "collect", lambda *a, **k: seen["collect"].append(real_collect(*a, **k))
+                        or seen["collect"][-1])  # fmt: skip
+    monkeypatch.setitem(
+        A.ADVANTAGE_ESTIMATORS, "gae", lambda x, a: seen["estimator"].append(x.mask) or real_gae(x, a)
+    )
+
+    def forward(model, ids, attn, mask, **k):
+        seen["forward"].append(mask)
+        return real_fwd(model, ids, attn, mask, **k)
+
+    monkeypatch.setattr(trainer.models, "forward_logp", forward)
+    trainer.train(tiny(**{"env.name": "sokoban", "algo.loss_mask": mode, "train.steps": 1}), progress=False)
+    [batch], [mask] = seen["collect"], seen["estimator"]  # no validation: the one collect is training's
+    want = batch.context_mask if mode == "paper" else batch.loss_mask
+    assert torch.equal(mask, want)  # whitening and GAE run over this mask
+    observed = (batch.context_mask > 0) & (batch.loss_mask == 0)
+    assert observed.any()  # the prompt and observations: in the paper mask, not in the response mask
+    # Three passes over the batch cover exactly this mask: old policy (entropy, KL), reference (KL),
+    # and the update (the loss): starpo-ppo's in-reward KL needs the old log-probs before the update.
+    assert sum(float(m.sum()) for m in seen["forward"]) == 3 * float(want.sum())

@@ -52,7 +52,7 @@ def clipped_policy_loss(
     logp, old_logp, mask (B, T); advantages (B, T), or (B,) broadcast over tokens.
     Returns (loss 0-d, stats of detached 0-d tensors): clip_frac_low (A<0, ρ<1−clip_low),
     clip_frac_high (A>0, ρ>1+clip_high), approx_kl (k3 of KL(old‖new) = mean((ρ−1) − log ρ)),
-    ratio_mean — all masked means over the batch.
+    ratio_mean, ratio_std (the ratio's spread) — all masked over the batch.
     """
     if agg not in POLICY_AGGS:
         raise ValueError(f"agg={agg!r}; valid: {', '.join(POLICY_AGGS)}")
@@ -76,6 +76,7 @@ def clipped_policy_loss(
             "clip_frac_low": masked_mean(low, mask),
             "clip_frac_high": masked_mean(high, mask),
             "approx_kl": masked_mean((ratio - 1) - log_ratio, mask),  # k3 of KL(old ‖ new)
+            "ratio_std": masked_mean((ratio - masked_mean(ratio, mask)) ** 2, mask).sqrt(),
             "ratio_mean": masked_mean(ratio, mask),
         }
     return loss, stats

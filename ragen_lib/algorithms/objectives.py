@@ -27,7 +27,9 @@ def ppo_clip_objective(
     loss, s = clipped_policy_loss(
         logp, mb["old_logp"], mb["advantages"], mb["loss_mask"], clip_low=a.clip_low, clip_high=a.clip_high
     )
-    stats = {f"policy/{k}": float(s[k]) for k in ("clip_frac_low", "clip_frac_high", "approx_kl")}
+    stats = {
+        f"policy/{k}": float(s[k]) for k in ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_std")
+    }
     return loss * token_share, stats
 
 
