@@ -97,7 +97,10 @@ def build(
                 pins[py][name] = version
                 if not (wheels / path.name).exists():
                     shutil.copy(path, wheels)
-            print(f"[bundle] python {py}: {len(pins[py])} packages (left out: torch & co., {sorted(skip)})")
+            skipped = sorted(n for n in got if n in skip)
+            print(
+                f"[bundle] python {py}: {len(pins[py])} packages; not bundled: torch & co., {skipped or '-'}"
+            )
         model_file = _model_file(model, tmp / "model", find_links)
         files = sorted(wheels.iterdir(), key=lambda p: p.name) + [model_file]
         manifest = _pack(files, dest, part_mb)
