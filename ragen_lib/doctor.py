@@ -464,7 +464,14 @@ def markdown(head: dict, checks: list[Check]) -> str:
             f"{c.details.get('peak_memory_gb', float('nan')):.2f} | {error} |"
         )
     for c in checks:
-        lines += ["", f"## {c.name}", "", "```json", json.dumps(c.details, indent=1, default=str, ensure_ascii=False), "```"]
+        lines += [
+            "",
+            f"## {c.name}",
+            "",
+            "```json",
+            json.dumps(c.details, indent=1, default=str, ensure_ascii=False),
+            "```",
+        ]
         if c.error:
             lines += ["", "```text", c.error.rstrip(), "```"]
     return "\n".join(lines) + "\n"
