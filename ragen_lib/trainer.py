@@ -47,7 +47,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     torch.manual_seed(t.seed)
     device = local_device(cfg.model.device or models.default_device())
     ranks = Ranks(device)
-    policy, tok = models.load(cfg.model.name, device=device)
+    policy, tok = models.load(cfg.model.name, device=device, dtype=cfg.model.dtype)
     critic = models.ValueModel(policy) if a.critic else None
 
     # ---- resume: rank 0 reads the store and names its checkpoint; the others load the same file ----

@@ -1,7 +1,12 @@
+import copy
+import gc
+import pickle
+
 import pytest
 import torch
 
 from ragen_lib import generation, models
+from ragen_lib.config import RolloutConfig
 from ragen_lib.generation import StopOnText, generate
 
 
@@ -109,7 +114,7 @@ def test_static_cache_draws_the_same_samples_and_is_reusable(tiny):
     first = generate(model, prompts, kv_cache="static", generator=torch.Generator().manual_seed(5), **kw)
     again = generate(model, prompts, kv_cache="static", generator=torch.Generator().manual_seed(5), **kw)
     assert ref == first == again
-    assert (len(prompts), generation.LENGTH_BUCKET) in model._ragen_static_decoders
+    assert (4, generation.LENGTH_BUCKET, torch.float32) in generation.static_decoders(model)  # 3 rows → 4
 
 
 def test_unknown_kv_cache_is_an_error_naming_the_choices(tiny):
@@ -122,7 +127,136 @@ def test_static_pool_size_zero_keeps_nothing_and_still_decodes(tiny, monkeypatch
     model, tok = tiny
     prompts = _prompts(tok)
     monkeypatch.setattr(generation, "POOL_SIZE", 0)
-    model.__dict__.pop("_ragen_static_decoders", None)
+    generation.release(model)
     got = generate(model, prompts, kv_cache="static", **_kw(tok))
     assert got == generate(model, prompts, **_kw(tok))
-    assert len(model._ragen_static_decoders) == 0
+    assert generation.static_decoders(model) == {}
+
+
+@pytest.fixture
+def fresh():
+    """A model of its own: these tests change its decoders or its storage."""
+    return models.load(models.TINY_RANDOM, device="cpu")
+
+
+def test_decoders_live_outside_the_model_so_deepcopy_and_pickle_never_see_them(fresh):
+    """The reference is `copy.deepcopy(policy)` after a warm-up that may have generated: the copy
+    must not drag KV caches or CUDA graphs along (nor fail on them), and must decode on its own."""
+    model, tok = fresh
+    prompts = _prompts(tok)
+    size_before = len(pickle.dumps(model))
+    want = generate(model, prompts, kv_cache="static", **_kw(tok))
+    assert generation.static_decoders(model)
+    assert not any("decoder" in k for k in vars(model))
+    assert len(pickle.dumps(model)) == size_before  # nothing of the decoders in a pickle
+    twin = copy.deepcopy(model)
+    assert generation.static_decoders(twin) == {}
+    assert generate(twin, prompts, kv_cache="static", **_kw(tok)) == want
+    (d_model,), (d_twin,) = (
+        generation.static_decoders(model).values(),
+        generation.static_decoders(twin).values(),
+    )
+    assert d_model is not d_twin and d_model.cache is not d_twin.cache
+    # The map holds the model weakly: its decoders go with it.
+    kept = len(generation._DECODERS)
+    del twin, d_twin
+    gc.collect()
+    assert len(generation._DECODERS) == kept - 1
+
+
+def test_row_buckets_are_reused_across_calls_and_turns(fresh):
+    """Rows are rounded up to a power of two, so calls with 3 and 4 live rows share a decoder,
+    and a multi-turn rollout captures each (rows, length) shape once, not once per turn."""
+    from ragen_lib.rollout import collect
+
+    model, tok = fresh
+    prompts = _prompts(tok)
+    four = prompts + prompts[:1]
+    generate(model, prompts, kv_cache="static", **_kw(tok))
+    (first,) = generation.static_decoders(model).values()
+    assert generate(model, four, kv_cache="static", **_kw(tok)) == generate(model, four, **_kw(tok))
+    assert generate(model, prompts[:2], kv_cache="static", **_kw(tok)) == generate(
+        model, prompts[:2], **_kw(tok)
+    )
+    pool = generation.static_decoders(model)
+    assert [k[0] for k in pool] == [4, 2] and pool[(4, 256, torch.float32)] is first
+    assert {d.captures for d in pool.values()} == {1}
+
+    cfg = RolloutConfig(max_new_tokens=8, max_turns=3, kv_cache="static")
+    generation.release(model)
+    a = collect(model, tok, "sokoban", seeds=[1, 2, 3], group_size=2, cfg=cfg, sample_seed=0)
+    shapes = dict(generation.static_decoders(model))
+    b = collect(model, tok, "sokoban", seeds=[1, 2, 3], group_size=2, cfg=cfg, sample_seed=0)
+    assert torch.equal(a.input_ids, b.input_ids)
+    assert generation.static_decoders(model) == shapes  # the same decoder objects, none new
+    assert all(d.captures == 1 for d in shapes.values())
+    assert {k[0] for k in shapes} <= {8}  # 6 rows, fewer on later turns: one bucket here
+
+
+def test_a_change_of_parameter_storage_makes_the_decoder_recapture(fresh):
+    """A captured graph reads the parameters at the addresses they had at capture; `.to()` and
+    `load_state_dict(assign=True)` move them. The decoder notices and re-captures (on CPU the
+    capture is a no-op, but it is counted the same), and decodes the moved weights."""
+    model, tok = fresh
+    prompts = _prompts(tok)
+    generate(model, prompts, kv_cache="static", **_kw(tok))
+    (decoder,) = generation.static_decoders(model).values()
+    generate(model, prompts, kv_cache="static", **_kw(tok))
+    assert decoder.captures == 1  # same storage: replayed
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)  # in place (what an optimizer step does): same storage, no re-capture
+    generate(model, prompts, kv_cache="static", **_kw(tok))
+    assert decoder.captures == 1
+
+    model.to(torch.float64).to(torch.float32)  # new storage for every parameter
+    assert generate(model, prompts, kv_cache="static", **_kw(tok)) == generate(model, prompts, **_kw(tok))
+    assert decoder.captures == 2
+    state = {k: v.clone() * 0.5 for k, v in model.state_dict().items()}
+    model.load_state_dict(state, assign=True)
+    assert generate(model, prompts, kv_cache="static", **_kw(tok)) == generate(model, prompts, **_kw(tok))
+    assert decoder.captures == 3
+
+
+def test_the_write_position_is_checked(fresh):
+    model, tok = fresh
+    generate(model, _prompts(tok), kv_cache="static", **_kw(tok))
+    (decoder,) = generation.static_decoders(model).values()
+    decoder.finish()  # in step after a call
+    decoder.cache.layers[1].cumulative_length.add_(1)  # the device counter drifts from the host's
+    with pytest.raises(RuntimeError, match="out of step"):
+        decoder.finish()
+    decoder.t = decoder.length
+    with pytest.raises(RuntimeError, match="cache full"):
+        decoder(torch.zeros(decoder.live, dtype=torch.long), torch.zeros((decoder.live, 1), dtype=torch.long))
+
+
+def _continuations(model, tok, prompts):
+    g = torch.Generator().manual_seed(0)
+    return generate(model, prompts, generator=g, **_kw(tok, temperature=1.0, eos_token_id=-1))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_static_and_dynamic_log_probs_agree_with_the_training_forward(dtype):
+    """The agreement check compares teacher-forced log-probs of the same tokens, by the static
+    and dynamic decoders and by the update's forward, within the compute dtype's tolerance."""
+    model, tok = models.load(models.TINY_RANDOM, device="cpu", dtype=dtype)
+    prompts = [p for p in _prompts(tok) for _ in range(2)]
+    conts = _continuations(model, tok, prompts)
+    got = generation.logprob_agreement(model, prompts, conts, pad_token_id=tok.pad_token_id)
+    assert got["ok"], got
+    assert got["dtype"] == dtype and got["tokens"] == sum(map(len, conts))
+    if dtype == "float32":
+        assert got["static_vs_dynamic"]["max_abs"] < 1e-5
+
+
+def test_the_agreement_check_fails_on_a_broken_static_path(monkeypatch):
+    model, tok = models.load(models.TINY_RANDOM, device="cpu")
+    prompts = _prompts(tok)
+    conts = _continuations(model, tok, prompts)
+    real = generation._StaticDecoder.__call__
+    monkeypatch.setattr(
+        generation._StaticDecoder, "__call__", lambda self, new, pos: real(self, new, pos + 7)
+    )
+    got = generation.logprob_agreement(model, prompts, conts, pad_token_id=tok.pad_token_id)
+    assert not got["ok"] and got["static_vs_dynamic"]["max_abs"] > 1e-3
