@@ -19,7 +19,7 @@ help:
 	@echo "make test        lint + the whole test suite (pytest, CPU)"
 	@echo "make test-fast   the test suite without the tests marked slow"
 	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
-	@echo "make replicate-all [PROFILE=smoke|quick|paper]  run every notebook with papermill into outputs/"
+	@echo "make replicate-all [PROFILE=smoke|quick|paper]  plan (disk check), then every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
 	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
@@ -97,7 +97,10 @@ PROFILE ?= $(shell $(BIN)/python -c "import torch; print('quick' if torch.cuda.i
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB ?= 00
 
+# `plan` prints each finding's runs, steps and disk, and refuses (before anything trains) when the
+# output disk cannot hold the plan; PLAN_FLAGS=--no-check skips the refusal.
 replicate-all: $(STAMP)
+	$(BIN)/python -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
 	@for nb in $(NOTEBOOKS); do $(MAKE) --no-print-directory replicate NB=$$(basename $$nb | cut -c1-2) PROFILE=$(PROFILE) || exit 1; done
 	$(MAKE) --no-print-directory report PROFILE=$(PROFILE)
 

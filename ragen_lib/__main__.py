@@ -7,6 +7,11 @@ python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   forma
 python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
 python -m ragen_lib doctor [--device cpu|cuda] [--out outputs/gpu-check]   machine ready? (make gpu-check)
 python -m ragen_lib bundle DEST [--part-mb 60] [--python 3.12 ...]   offline bundle (make offline-bundle)
+python -m ragen_lib plan PROFILE [--root DIR] [--finding NAME ...]   runs, steps and disk of a profile
+python -m ragen_lib repair RUN_DIR [...]                        make a run consistent (moves, never deletes)
+
+Errors a user can act on (a locked, inconsistent or diverged run, a full disk, a bad config) are
+printed as one message saying what to do, with exit status 2.
 """
 
 from __future__ import annotations
@@ -36,18 +41,25 @@ def _demo(args) -> int:
 def _run(args) -> int:
     from pathlib import Path
 
-    from ragen_lib import config, runs, trainer
+    from ragen_lib import runs, trainer
 
-    cfg = config.load(args.config, args.set)
+    cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
-    # Data parallel (accelerate launch / torchrun): rank 0 alone opens the run folder and logs.
-    run = runs.Run(path, cfg) if os.environ.get("RANK", "0") == "0" else None
-    if (path / runs.DONE).exists():
-        print(f"finished run reused: {path} (delete its DONE file to train again)")
+    if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
+        trainer.train(cfg, None, progress=not args.quiet)
         return 0
-    if run is not None and run.last_step >= 0:
-        print(f"resuming {path} after step {run.last_step}")
-    trainer.train(cfg, run, progress=not args.quiet)
+    with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
+        if run.done:
+            run.check_done()
+            print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
+            return 0
+        step = run.resume()[0]  # checked before the model loads; train() takes the state from the run
+        if step is None:
+            print(f"starting {path}")
+        else:
+            todo = f"steps {step + 1}-{cfg.train.steps - 1} to train"
+            print(f"resuming {path} from its checkpoint at step {step}: {todo}")
+        trainer.train(cfg, run, progress=not args.quiet)
     print(f"run finished: {path}")
     return 0
 
@@ -77,10 +89,10 @@ def _warmup(args) -> int:
     import json
     import time
 
-    from ragen_lib import config, models
+    from ragen_lib import models
     from ragen_lib.warmup import warmup
 
-    cfg = config.load(args.config, args.set) if args.config else config.from_dict({}, args.set)
+    cfg = _load_config(args.config, args.set)
     if cfg.train.warmup == "none":
         raise SystemExit("train.warmup is none: pass --set train.warmup=self (or expert)")
     t0 = time.perf_counter()
@@ -104,7 +116,6 @@ def _warmup(args) -> int:
 def _plot(args) -> int:
     """Curves of every run under OUT_ROOT/runs/<finding>/ (format-valid rate always included), and a
     per-run summary: first and last step, and the mean of the first and last thirds."""
-    import json
     from pathlib import Path
 
     from ragen_lib import plots, runs
@@ -120,11 +131,12 @@ def _plot(args) -> int:
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110, bbox_inches="tight")
     for run_id, part in df.groupby("run_id"):
-        done = Path(args.root) / "runs" / args.finding / run_id / runs.DONE
-        info = json.loads(done.read_text() or "{}") if done.exists() else {}
+        run = runs.Run(Path(args.root) / "runs" / args.finding / run_id)
+        info = run.done_info() or {}
+        state = "" if part["done"].all() else " (unfinished)" if not run.done else " (DONE is inconsistent)"
         print(
             f"{run_id}: trained at commit {info.get('commit', 'not recorded')} on "
-            f"{info.get('device', 'a device not recorded')}" + ("" if done.exists() else " (unfinished)")
+            f"{info.get('device', 'a device not recorded')}" + state
         )
         if args.hue != "run_id" and args.hue in part:
             run_id = f"{run_id} ({args.hue}={part[args.hue].iloc[0]})"
@@ -139,6 +151,44 @@ def _plot(args) -> int:
                 f"{v[m].iloc[-third:].mean():.3f}"
             )
     print(f"figure: {png}")
+    return 0
+
+
+def _plan(args) -> int:
+    """What a profile trains and the disk it needs; refuses (status 3) when the output disk cannot
+    hold it. `make replicate-all` runs it first."""
+    from ragen_lib import experiments
+
+    p = experiments.plan(args.profile, root=args.root, names=args.finding or None, device=args.device)
+    print(experiments.format_plan(p))
+    if p["need_bytes"] > p["free_bytes"] and not args.no_check:
+        print(
+            f"error: the plan needs {p['need_bytes'] / 1e9:.1f} GB on the disk of {p['root']}, which has "
+            f"{p['free_bytes'] / 1e9:.1f} GB free. Free space there, point RAGEN_OUTPUTS at a larger disk, "
+            "or run a smaller profile (PROFILE=smoke); --no-check skips this check.",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
+def _repair(args) -> int:
+    """Make run folders consistent again; files in the way go to <run>/quarantine/<time>/."""
+    from ragen_lib import runs
+
+    for path in args.runs:
+        with runs.Run(path) as run:
+            actions = run.repair()
+        print(f"{path}: " + ("; ".join(actions) if actions else "nothing to repair"))
+        if not actions:
+            ckpt = run.checkpoint_file()
+            print(
+                "  finished"
+                if run.done
+                else f"  resumes from {ckpt.name}"
+                if ckpt
+                else "  starts from step 0"
+            )
     return 0
 
 
@@ -198,16 +248,58 @@ def main(argv: list[str] | None = None) -> int:
     bun.add_argument("--part-mb", type=float, default=60.0, help="largest upload group, MiB (default 60)")
     bun.add_argument("--python", nargs="*", default=None, help="target Pythons (default 3.10 3.11 3.12)")
     bun.add_argument("--skip", nargs="*", default=(), help="packages to leave out (the host has them)")
+    plan = sub.add_parser(
+        "plan", help="runs, steps and disk a profile needs; refuses when the disk is too small"
+    )
+    plan.add_argument("profile", help="smoke | quick | paper")
+    plan.add_argument("--root", default=None, help="run store (default: outputs/<profile> or $RAGEN_OUTPUTS)")
+    plan.add_argument("--finding", nargs="*", default=[], help="only these findings (default: all)")
+    plan.add_argument(
+        "--device", default=None, help="cuda or cpu: the dtype of checkpoints (default: this host)"
+    )
+    plan.add_argument(
+        "--no-check", action="store_true", help="print the plan, do not compare with free space"
+    )
+    repair = sub.add_parser(
+        "repair", help="make run folders consistent again (moves files aside, never deletes)"
+    )
+    repair.add_argument("runs", nargs="+", help="run folders (<root>/runs/<finding>/<run>)")
     args = parser.parse_args(argv)
     commands = {
-        "demo": _demo,
-        "run": _run,
-        "bench": _bench,
-        "warmup": _warmup,
-        "plot": _plot,
-        "doctor": _doctor,
-    }
-    return {**commands, "bundle": _bundle}[args.command](args)
+        "demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot, "plan": _plan,
+        "repair": _repair, "doctor": _doctor, "bundle": _bundle,
+    }  # fmt: skip
+    try:
+        return commands[args.command](args)
+    except _user_errors() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+class ConfigError(ValueError):
+    """A config that does not load (its message names the file, the key and the fix)."""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message says what to do: printed alone, without a traceback."""
+    from ragen_lib import runs, trainer
+
+    return (
+        ConfigError,
+        runs.RunLockedError,
+        runs.CorruptRunError,
+        runs.DiskFullError,
+        trainer.TrainingDiverged,
+    )
+
+
+def _load_config(path, overrides):
+    from ragen_lib import config
+
+    try:
+        return config.load(path, overrides) if path else config.from_dict({}, overrides)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 """Run configuration: frozen dataclasses, one per concern, each field documented where declared.
 
 `from_dict` / `load` build a `Config` from YAML plus dotted overrides; `Config.hash()` names runs.
+Every value is checked when its dataclass is built, before any model loads: exact types (an int
+field takes no float or bool, a list field no text), ranges (`RANGES`), finite floats, names of
+envs and built-in models; YAML is read strictly (`read_yaml`: a key given twice is an error, and
+every error names the file and line).
 """
 
 from __future__ import annotations
@@ -9,18 +13,20 @@ import copy
 import difflib
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
 
+from ragen_lib import envs
 from ragen_lib.algorithms import ADVANTAGE_ESTIMATORS, FILTER_MODES, KL_ESTIMATORS, POLICY_OBJECTIVES
 from ragen_lib.distributed import world_size
+from ragen_lib.models import DTYPES as MODEL_DTYPES
+from ragen_lib.models import EMBEDDED, TINY_RANDOM
 
 KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
-MODEL_DTYPES = ("auto", "float32", "bfloat16")
-"""The compute dtypes `models.load` knows (model.dtype)."""
 
 
 @dataclass(frozen=True)
@@ -54,14 +60,7 @@ class RolloutConfig:
     "dynamic" by default until the static path is measured on an H100 (`make bench`)."""
 
     def __post_init__(self):
-        for name in ("max_turns", "max_actions_per_turn", "max_actions_per_episode"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"rollout.{name} must be >= 1 or None (env default), got {v}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"rollout.temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        _check_fields("rollout", self)
         _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
 
 
@@ -84,7 +83,18 @@ class ModelConfig:
     bfloat16. Weights and optimizer states stay float32 whatever this says (`models` docstring)."""
 
     def __post_init__(self):
+        _check_fields("model", self)
         _choice("model.dtype", self.dtype, MODEL_DTYPES)
+        _check_model_name(self.name)
+        if self.device is not None:
+            import torch
+
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ValueError(
+                    f"model.device={self.device!r} is not a device; use cpu, cuda or cuda:N"
+                ) from None
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,21 @@ class EnvConfig:
     """Field overrides passed to `envs.make(name, **kwargs)`."""
     eval_envs: tuple[str, ...] = ()
     """Extra envs validated alongside the training env (generalisation, e.g. bandit-rev)."""
+
+    def __post_init__(self):
+        _check_fields("env", self)
+        for key, name in [("env.name", self.name)] + [("env.eval_envs", n) for n in self.eval_envs]:
+            if name not in envs.REGISTRY:
+                close = difflib.get_close_matches(name, list(envs.REGISTRY), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ValueError(
+                    f"{key}: unknown env {name!r}{hint}; valid envs: {', '.join(sorted(envs.REGISTRY))}"
+                )
+        _check_keys("env.kwargs.", self.kwargs, envs.env_fields(self.name), f"field(s) of env {self.name!r}")
+        try:
+            envs.make(self.name, **self.kwargs)  # the env's own checks, here rather than mid-rollout
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"env.kwargs {self.kwargs!r} rejected by env {self.name!r}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -167,6 +192,7 @@ class AlgoConfig:
         for key, value in ALGO_PRESETS[self.name].items():
             if getattr(self, key) is None:
                 object.__setattr__(self, key, value)  # frozen: resolved once, at construction
+        _check_fields("algo", self)
         _choice("algo.advantage", self.advantage, tuple(ADVANTAGE_ESTIMATORS))
         _choice("algo.objective", self.objective, tuple(POLICY_OBJECTIVES))
         _choice("algo.kl_estimator", self.kl_estimator, tuple(KL_ESTIMATORS))
@@ -175,10 +201,6 @@ class AlgoConfig:
         _choice("algo.apo_reward_scale", self.apo_reward_scale, ("range", "none"))
         if self.advantage == "gae" and not self.critic:
             raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
-        if not 0 < self.filter_keep <= 1:
-            raise ValueError(f"algo.filter_keep must be in (0, 1], got {self.filter_keep}")
-        if self.clip_low < 0 or self.clip_high < 0:
-            raise ValueError("algo.clip_low and algo.clip_high must be >= 0")
 
     @property
     def label(self) -> str:
@@ -292,20 +314,17 @@ class TrainConfig:
     0.78 on Sokoban; 6 × 1e-5 left Bandit at 0.00; 10 × 1e-4 biased Bandit's arm choice."""
     warmup_episodes: int = 64
     """Expert episodes (expert) or sampled prompts per round (self) used by the warm-up."""
+    max_skipped_frac: float = 0.25
+    """Stop with an error (the run stays resumable) once more than this fraction of the optimizer
+    steps so far skipped a non-finite gradient (policy or critic); a single skipped step never stops
+    a run, and 1 turns the check off. A diverged run must not be marked finished."""
+    keep_final_weights: bool = False
+    """Keep the policy (and critic) weights of a finished run in `final_weights.pt`. Off: a finished
+    run keeps only its metrics and samples (checkpoints and optimizer states are dropped)."""
 
     def __post_init__(self):
+        _check_fields("train", self)
         _choice("train.warmup", self.warmup, ("none", "self", "expert", "format"))
-        for name in (
-            "steps",
-            "groups",
-            "group_size",
-            "mini_batch_size",
-            "micro_batch_size",
-            "ppo_epochs",
-            "online_k",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
 
     @property
     def logged_steps(self) -> range:
@@ -335,10 +354,6 @@ class Config:
                 f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct states "
                 f"per step from a pool of algo.apo_prompt_pool={a.apo_prompt_pool}; raise it"
             )
-        if t.mini_batches is not None and t.mini_batches < 1:
-            raise ValueError(
-                f"train.mini_batches must be >= 1 or None (use mini_batch_size), got {t.mini_batches}"
-            )
         world = world_size()
         if t.groups % world:
             raise ValueError(
@@ -365,8 +380,21 @@ class Config:
         return f"{self.algo.label}_{self.env.name}_s{self.train.seed}"
 
 
+#: Fields added after runs were stored, with the value they had implicitly before: left out of the
+#: hash while at that value, so run folders made before the field existed keep their names and are
+#: reused. A new field whose default keeps the old behaviour goes here; one that changes training
+#: does not (its runs are new runs).
+HASH_NEUTRAL: dict[str, object] = {"train.max_skipped_frac": 0.25, "train.keep_final_weights": False}
+
+
 def dict_hash(d: dict) -> str:
     """The config hash of a plain config dict (what `Config.to_dict` gives and config.yaml holds)."""
+    d = copy.deepcopy(d)
+    for key, neutral in HASH_NEUTRAL.items():
+        section, _, leaf = key.partition(".")
+        part = d.get(section)
+        if isinstance(part, dict) and leaf in part and part[leaf] == neutral:
+            del part[leaf]
     text = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -385,6 +413,8 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
     ["algo.clip_high=0.28"]). Unknown sections or keys raise ValueError listing the valid ones.
     The algo preset fills only the algo fields that neither `d` nor `overrides` set (AlgoConfig)."""
     d = copy.deepcopy(d or {})
+    if not isinstance(d, dict):
+        raise ValueError(f"a config is a mapping of sections {list(SECTIONS)}, got {d!r}")
     for key, value in _parse_overrides(overrides).items():
         section, _, leaf = key.partition(".")
         if not leaf:
@@ -397,7 +427,9 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
     _check_keys("", d, SECTIONS)
     parts = {}
     for section, cls in SECTIONS.items():
-        given = dict(d.get(section) or {})
+        given = d.get(section) or {}
+        if not isinstance(given, dict):
+            raise ValueError(f"config section {section!r} must be a mapping of its fields, got {given!r}")
         names = {f.name: f for f in fields(cls)}
         _check_keys(section + ".", given, names)
         parts[section] = cls(**{k: _coerce(section, names[k], v) for k, v in given.items()})
@@ -405,36 +437,232 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
 
 
 def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
-    """Read a YAML config (sections model/env/rollout/algo/train) and apply dotted overrides."""
+    """Read a YAML config (sections model/env/rollout/algo/train) and apply dotted overrides.
+    Every error names the file (and the line, for YAML errors)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the top level must be a mapping of sections {list(SECTIONS)}")
-    return from_dict(data, overrides)
+    try:
+        return from_dict(data, overrides)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def save(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-# --- helpers ------------------------------------------------------------------------------------
+# --- strict YAML ----------------------------------------------------------------------------------
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML keeps
+    the last one silently: a second `train:` section would drop the first)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen: dict = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.setdefault(key, key_node.start_mark.line)
+        except TypeError:  # an unhashable key: SafeLoader says so below
+            continue
+        if first != key_node.start_mark.line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first on line {first + 1})", key_node.start_mark
+            )
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | Path, text: str | None = None):
+    """Parse a YAML file (or `text`, reported as `path`) strictly. A syntax error or a duplicated key
+    raises ValueError naming the file, line and column."""
+    if text is None:
+        text = Path(path).read_text()
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+        raise ValueError(f"{where}: {what or e}") from None
+
+
+# --- checks ---------------------------------------------------------------------------------------
+#: The allowed range of every numeric field ("a, b" with [ ] closed and ( ) open ends, or ">= x",
+#: "> x"). Types come from the annotations (`_check_fields`); a float must also be finite.
+RANGES: dict[str, str] = {
+    **{f"rollout.{k}": ">= 1" for k in ("max_turns", "max_actions_per_turn", "max_actions_per_episode")},
+    "rollout.max_new_tokens": ">= 1",
+    "rollout.temperature": ">= 0",
+    "rollout.max_context_tokens": ">= 1",
+    "algo.gamma": "[0, 1]",
+    "algo.lam": "[0, 1]",
+    "algo.clip_low": ">= 0",
+    "algo.clip_high": ">= 0",
+    "algo.value_clip": "> 0",
+    "algo.kl_coef": ">= 0",
+    "algo.entropy_coef": ">= 0",
+    "algo.filter_keep": "(0, 1]",
+    "algo.reasoning_lambda": ">= 0",
+    "algo.apo_beta1": "> 0",
+    "algo.apo_beta2": "> 0",
+    "algo.apo_ref_samples": ">= 1",
+    "algo.apo_prompt_pool": ">= 1",
+    "train.mini_batches": ">= 1",
+    "algo.apo_refresh_every": ">= 0",
+    **{
+        f"train.{k}": ">= 1"
+        for k in (
+            "steps",
+            "groups",
+            "group_size",
+            "mini_batch_size",
+            "micro_batch_size",
+            "ppo_epochs",
+            "online_k",
+            "val_size",
+            "checkpoint_every",
+            "warmup_episodes",
+        )
+    },  # fmt: skip
+    **{f"train.{k}": "> 0" for k in ("actor_lr", "critic_lr", "grad_clip", "warmup_lr")},
+    **{f"train.{k}": ">= 0" for k in ("weight_decay", "seed", "val_every", "val_temperature")},
+    **{f"train.{k}": ">= 0" for k in ("samples_every", "samples_per_step", "warmup_steps")},
+    "train.betas": "[0, 1)",
+    "train.max_skipped_frac": "[0, 1]",
+}
+#: Why a range matters, where the reason is not obvious.
+WHY: dict[str, str] = {
+    "train.grad_clip": "the largest gradient norm kept; a negative one would turn descent into ascent",
+    "algo.kl_coef": "0 removes the KL term; a negative one would reward drifting from the reference",
+    "train.seed": "seeds key numpy generators, which take non-negative integers",
+    "train.checkpoint_every": "a checkpoint every k steps; at most k steps are redone after a crash",
+    "algo.entropy_coef": "a negative one would push entropy down",
+}
+
+
+def _check_fields(section: str, obj) -> None:
+    """Exact types from the annotations, then `RANGES`. Normalises in place (frozen) what YAML and
+    Python spell differently: an int where a float is meant becomes a float, a list a tuple."""
+    for f in fields(obj):
+        key, value = f"{section}.{f.name}", getattr(obj, f.name)
+        kind, optional = _kind(f.type)
+        if kind is None or (value is None and optional):
+            continue  # an annotation this check does not know: the field's own code checks it
+        new = _conform(key, kind, value)
+        if new is not value:
+            object.__setattr__(obj, f.name, new)
+        if key in RANGES and new is not None:
+            for v in new if isinstance(new, tuple) else (new,):
+                _in_range(key, v, RANGES[key])
+
+
+def _kind(annotation) -> tuple[str | None, bool]:
+    """("int" | "float" | "bool" | "str" | "dict" | "tuple[str, ...]" | "tuple[float, float]" | None,
+    optional) from a field's annotation (a string: this module uses postponed annotations)."""
+    text = str(annotation).replace(" ", "")
+    optional = text.endswith("|None")
+    text = text.removesuffix("|None")
+    known = ("int", "float", "bool", "str", "dict", "tuple[str,...]", "tuple[float,float]")
+    return (text if text in known else None), optional
+
+
+def _conform(key: str, kind: str, value):
+    def bad(what: str):
+        got = f"{value!r} (a boolean)" if isinstance(value, bool) else repr(value)
+        return ValueError(f"{key} must be {what}, got {got}")
+
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        if not math.isfinite(value):
+            raise bad("a finite number")
+        return float(value) if isinstance(value, int) else value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise bad("text")
+        return value
+    if kind == "dict":
+        if not isinstance(value, dict):
+            raise bad("a mapping, e.g. {size: 8}")
+        return value
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        example = "[bandit-rev]" if kind == "tuple[str,...]" else "[0.9, 0.999]"
+        raise bad(
+            f"a list, e.g. {example}"
+            + (" (the text is not split into one)" if isinstance(value, str) else "")
+        )
+    if kind == "tuple[float,float]":
+        if len(value) != 2:
+            raise bad("a list of two numbers")
+        return tuple(_conform(key, "float", v) for v in value)
+    return tuple(_conform(key, "str", v) for v in value)
+
+
+def _in_range(key: str, value, spec: str) -> None:
+    if spec.startswith(">="):
+        ok, text = value >= float(spec[2:]), spec
+    elif spec.startswith(">"):
+        ok, text = value > float(spec[1:]), spec
+    else:
+        lo, hi = (float(x) for x in spec[1:-1].split(","))
+        ok = (lo <= value if spec[0] == "[" else lo < value) and (
+            value <= hi if spec[-1] == "]" else value < hi
+        )
+        text = f"in {spec}"
+    if not ok:
+        why = f" ({WHY[key]})" if key in WHY else ""
+        raise ValueError(f"{key} must be {text}, got {value!r}{why}")
+
+
+BUILTIN_MODELS = (EMBEDDED, TINY_RANDOM)
+
+
+def _check_model_name(name: str | None) -> None:
+    """A name close to a built-in model is a typo, said here rather than after a hub lookup. Paths,
+    .gguf files and hub ids (org/name) are checked when the model loads."""
+    if name is None or name in BUILTIN_MODELS:
+        return
+    if name.endswith(".gguf") or "/" in name or name.startswith((".", "~")) or Path(name).exists():
+        return
+    close = difflib.get_close_matches(name, BUILTIN_MODELS, n=1, cutoff=0.75)
+    close = close or [b for b in BUILTIN_MODELS if b.startswith(name.lower())]
+    if close:
+        raise ValueError(
+            f"model.name={name!r} is not a model we know: did you mean {close[0]}? Built-in models: "
+            f"{', '.join(BUILTIN_MODELS)}; otherwise a .gguf path, a local folder or a hub id (org/name)"
+        )
+
+
 def _choice(name: str, value, valid: tuple) -> None:
     if value not in valid:
         raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, valid))}")
 
 
-def _check_keys(prefix: str, given: dict, valid) -> None:
-    unknown = sorted(set(given) - set(valid))
+def _check_keys(prefix: str, given: dict, valid, what: str = "config key(s)") -> None:
+    unknown = sorted(set(given) - set(valid), key=str)
     if unknown:
-        close = {u: difflib.get_close_matches(u, list(valid), n=1) for u in unknown}
+        close = {u: difflib.get_close_matches(str(u), list(valid), n=1) for u in unknown}
         hints = "; ".join(
             f"{prefix}{u}" + (f" (did you mean {prefix}{c[0]}?)" if c else "") for u, c in close.items()
         )
-        raise ValueError(
-            f"unknown config key(s): {hints}. Valid keys: {', '.join(prefix + k for k in valid)}"
-        )
+        raise ValueError(f"unknown {what}: {hints}. Valid: {', '.join(prefix + k for k in valid)}")
 
 
 def _parse_overrides(overrides) -> dict:
@@ -442,33 +670,36 @@ def _parse_overrides(overrides) -> dict:
         return {}
     if isinstance(overrides, dict):
         return dict(overrides)
+    if isinstance(overrides, str):
+        raise ValueError(
+            f"overrides must be a list of key=value strings or a mapping, got the text {overrides!r}"
+        )
     out = {}
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep:
             raise ValueError(f"override {item!r} must look like key=value, e.g. algo.clip_high=0.28")
-        out[key.strip()] = yaml.safe_load(text)  # "0.28" -> float, "true" -> bool, "[a, b]" -> list
+        out[key.strip()] = read_yaml(
+            f"override {item!r}", text
+        )  # "0.28" -> float, "true" -> bool, "[a, b]" -> list
     return out
 
 
 def _coerce(section: str, f, value):
-    """YAML gives lists where the dataclass wants tuples, ints where it wants floats, and strings
-    for exponents without a dot ("3e-5": YAML 1.1 reads it as text, so --set lr=3e-5 would too)."""
-    if isinstance(value, list):
+    """YAML gives lists where the dataclass wants tuples, and strings for exponents without a dot
+    ("3e-5": YAML 1.1 reads it as text, so --set lr=3e-5 would too). Everything else is checked,
+    not converted, by the dataclass (`_check_fields`)."""
+    kind, _ = _kind(f.type)
+    if isinstance(value, list) and kind in ("tuple[str,...]", "tuple[float,float]"):
         return tuple(value)
-    kind = str(f.type).removesuffix(" | None")
-    if kind not in ("float", "int") or value is None or isinstance(value, bool):
+    if kind not in ("float", "int") or not isinstance(value, str):
         return value
-    if isinstance(value, str):
-        try:
-            return float(value) if kind == "float" else int(value)
-        except ValueError:
-            raise ValueError(
-                f"{section}.{f.name} must be {'a number' if kind == 'float' else 'an integer'}, got {value!r}"
-            ) from None
-    if isinstance(value, int) and kind == "float":
-        return float(value)
-    return value
+    try:
+        return float(value) if kind == "float" else int(value)
+    except ValueError:
+        raise ValueError(
+            f"{section}.{f.name} must be {'a number' if kind == 'float' else 'an integer'}, got {value!r}"
+        ) from None
 
 
 def _plain(x):

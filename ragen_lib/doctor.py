@@ -343,6 +343,7 @@ def _train(algo: str, name: str, device: str) -> dict:
         "train.val_every": 2 if cuda else 0,
         "train.val_size": 4 if cuda else 2,
         "train.samples_every": 1,
+        "train.keep_final_weights": True,  # a finished run drops its checkpoints; read the weights
     }
     if algo == "starpo-ppo" and cuda:  # a warm-up that generates before the reference is deep-copied
         overrides.update({"train.warmup": "format", "train.warmup_steps": 1, "train.warmup_episodes": 4})
@@ -356,9 +357,9 @@ def _train(algo: str, name: str, device: str) -> dict:
         rows = trainer.train(cfg, run, progress=False)
         seconds = time.perf_counter() - t0
         disk = sum(f.stat().st_size for f in run.path.rglob("*") if f.is_file())
-        ckpt = sorted((run.path / "ckpt").glob("*.pt"))
-        _require(bool(ckpt), "no checkpoint was written")
-        state = torch.load(ckpt[-1], map_location="cpu", weights_only=False)
+        final = run.path / runs.FINAL_WEIGHTS
+        _require(final.exists(), f"no {runs.FINAL_WEIGHTS} was written (train.keep_final_weights)")
+        state = torch.load(final, map_location="cpu", weights_only=True)
     _require(len(rows) == STEPS, f"{len(rows)} metric rows for {STEPS} steps")
     losses = {k: [r[k] for r in rows] for k in rows[0] if k.startswith("loss/")}
     bad = {k: v for k, v in losses.items() if not all(math.isfinite(x) for x in v if x is not None)}

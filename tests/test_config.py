@@ -110,3 +110,101 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
     with pytest.raises(ValueError, match="train.groups=8 is not divisible by the 3 processes"):
         from_dict({})
     assert from_dict({}, {"train.groups": 6}).train.groups == 6
+
+
+# --- values that got through, or failed only after the model loaded (issue 13) ---------------------
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.grad_clip=-1", "train.grad_clip must be > 0, got -1.0 (the largest gradient norm kept"),
+        ("algo.kl_coef=-5", "algo.kl_coef must be >= 0, got -5.0"),
+        ("algo.gamma=.nan", "algo.gamma must be a finite number, got nan"),
+        ("algo.lam=1.5", "algo.lam must be in [0, 1], got 1.5"),
+        ("train.actor_lr=0", "train.actor_lr must be > 0, got 0.0"),
+        ("train.critic_lr=.inf", "train.critic_lr must be a finite number, got inf"),
+        ("train.steps=true", "train.steps must be an integer, got True (a boolean)"),
+        ("train.steps=2.5", "train.steps must be an integer, got 2.5"),
+        ("train.val_size=0", "train.val_size must be >= 1, got 0"),
+        ("train.checkpoint_every=0", "train.checkpoint_every must be >= 1, got 0"),
+        ("train.seed=-1", "train.seed must be >= 0, got -1"),
+        ("train.seed=1.0", "train.seed must be an integer, got 1.0"),
+        ("train.betas=[0.9]", "train.betas must be a list of two numbers"),
+        ("train.betas=[0.9, 1.0]", "train.betas must be in [0, 1), got 1.0"),
+        ("train.max_skipped_frac=2", "train.max_skipped_frac must be in [0, 1], got 2.0"),
+        ("train.keep_final_weights=1", "train.keep_final_weights must be true or false, got 1"),
+        ("rollout.temperature=-0.5", "rollout.temperature must be >= 0, got -0.5"),
+        ("rollout.enable_think=yes!", "rollout.enable_think must be true or false, got 'yes!'"),
+        ("rollout.max_turns=0", "rollout.max_turns must be >= 1, got 0"),
+        ("env.kwargs=abc", "env.kwargs must be a mapping, e.g. {size: 8}, got 'abc'"),
+        ("env.kwargs={arms: 3}", "unknown field(s) of env 'bandit': env.kwargs.arms"),
+        ("env.kwargs={high_risk_p: 2}", "env.kwargs {'high_risk_p': 2} rejected by env 'bandit'"),
+        ("env.eval_envs=bandit-rev", "env.eval_envs must be a list, e.g. [bandit-rev]"),
+        ("env.eval_envs=[bandit-ref]", "env.eval_envs: unknown env 'bandit-ref' (did you mean bandit-rev?)"),
+        ("env.name=sokobn", "env.name: unknown env 'sokobn' (did you mean sokoban?)"),
+        ("model.name=tiny-randm", "did you mean tiny-random?"),
+        ("model.name=smollm2", "did you mean smollm2-135m-instruct?"),
+        ("model.device=gpu", "model.device='gpu' is not a device"),
+    ],
+)
+def test_bad_values_fail_when_the_config_is_built_and_say_what_is_wrong(override, message):
+    with pytest.raises(ValueError) as e:
+        from_dict({}, [override])
+    assert message in str(e.value)
+
+
+def test_a_misspelt_model_is_caught_before_any_hub_lookup(monkeypatch):
+    import transformers
+
+    def no_hub(*a, **k):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", no_hub)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_hub)
+    with pytest.raises(ValueError, match="did you mean tiny-random"):
+        from_dict({}, ["model.name=tiny-randm"])
+    assert from_dict({}, ["model.name=Qwen/Qwen2.5-0.5B-Instruct"]).model.name == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_good_values_still_load_and_are_normalised():
+    c = from_dict({}, ["train.actor_lr=1", "env.name=sokoban", "env.kwargs={dim_room: [8, 8], num_boxes: 2}"])
+    assert c.train.actor_lr == 1.0 and isinstance(c.train.actor_lr, float)  # the hash of 1 and 1.0 agree
+    assert (
+        c.hash()
+        == from_dict(
+            {}, ["train.actor_lr=1.0", "env.name=sokoban", "env.kwargs={dim_room: [8, 8], num_boxes: 2}"]
+        ).hash()
+    )
+    assert config.TrainConfig(betas=[0.9, 0.99]).betas == (0.9, 0.99)
+
+
+def test_yaml_errors_name_the_file_and_line_and_duplicates_are_refused(tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("train:\n  steps: 3\nalgo:\n  name: apo\ntrain:\n  seed: 2\n")
+    with pytest.raises(
+        ValueError, match=r"dup.yaml, line 5, column 1: key 'train' is given twice \(first on line 1\)"
+    ):
+        config.load(dup)  # PyYAML alone keeps the second train: and drops steps: 3 silently
+    syntax = tmp_path / "syntax.yaml"
+    syntax.write_text("train:\n  steps: 3\n  seed: [1, 2\n")
+    with pytest.raises(ValueError, match=r"syntax.yaml, line 4, column 1: while parsing a flow sequence"):
+        config.load(syntax)
+    bad_value = tmp_path / "value.yaml"
+    bad_value.write_text("train:\n  grad_clip: -1\n")
+    with pytest.raises(ValueError, match=r"value.yaml: train.grad_clip must be > 0"):
+        config.load(bad_value)
+    with pytest.raises(ValueError, match=r"override 'train.steps=\[1', line 1"):
+        from_dict({}, ["train.steps=[1"])
+
+
+def test_finished_runs_keep_their_folder_names():
+    """New fields at their neutral value stay out of the hash: run folders made before them are
+    still found. The pins were recorded after the round that changed training on purpose (loss
+    mask, model.dtype, online-k): a field added later either goes into HASH_NEUTRAL or updates
+    these pins in the commit that changes what a run does."""
+    assert Config().hash() == "9cb4f87e8bb6"
+    assert (
+        from_dict({}, {"algo.name": "apo", "env.name": "frozenlake", "env.kwargs": {"size": 4}}).hash()
+        == "46d3f53d6282"
+    )
+    assert from_dict({}, {"train.keep_final_weights": True}).hash() != Config().hash()
+    assert from_dict({}, {"train.max_skipped_frac": 1.0}).hash() != Config().hash()

@@ -1,13 +1,22 @@
-"""Experiments: grid files, profiles, variants, and training a grid in worker processes."""
+"""Experiments: grid files, profiles, variants, the plan, and training a grid in worker processes
+(reuse, failures, interrupts)."""
 
 import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from ragen_lib import config, experiments, runs
 from ragen_lib.runs import Run
 
-CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}})
+CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"steps": 3}})
+ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 
 
 def seeds(*values: int) -> list[config.Config]:
@@ -119,7 +128,8 @@ def pooled_train(cfg, run):
     """Module level so that spawned pool workers can unpickle it."""
     if cfg.train.seed == 99:
         raise RuntimeError("diverged")
-    run.log(0, {"slot": os.environ["RAGEN_TEST_SLOT"], "pid": os.getpid()})
+    for s in range(cfg.train.steps):
+        run.log(s, {"slot": os.environ["RAGEN_TEST_SLOT"], "pid": os.getpid()})
     run.mark_done()
 
 
@@ -129,7 +139,7 @@ def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_p
     with pytest.raises(RuntimeError, match="1 of 4 runs failed"):
         experiments.run_grid(tmp_path, "f", cfgs, pooled_train, progress=False, slots=slots)
     df = runs.load(tmp_path, "f")
-    assert sorted(df["cfg.train.seed"]) == [0, 1, 2]  # the three good runs finished despite the failure
+    assert sorted(set(df["cfg.train.seed"])) == [0, 1, 2]  # the three good runs finished despite the failure
     assert set(df["slot"]) <= {"a", "b"} and os.getpid() not in set(df["pid"])
     assert not Run(runs.run_dir(tmp_path, "f", cfgs[3]), cfgs[3]).done
 
@@ -143,3 +153,176 @@ def test_dict_valued_grid_keys_cross_a_variant_list_and_profiles_gate_variants(t
     assert len(experiments.variants(path, "smoke")[1]) == 1
     _, paper = experiments.variants(path, "paper", seeds=[0])
     assert [c.train.steps for c, labels in paper] == [2, 4] and all("profiles" not in lab for _, lab in paper)
+
+
+def test_a_finished_run_whose_files_disagree_is_not_reused(tmp_path, capsys):
+    """A DONE with no metrics used to be reused forever; now the grid trains the others and fails
+    naming the run and the repair command."""
+    calls = []
+
+    def fake_train(cfg, run):
+        calls.append(cfg.train.seed)
+        for s in range(3):
+            run.log(s, {})
+        run.mark_done()
+
+    cfgs = seeds(0, 1)
+    experiments.run_grid(tmp_path, "f", cfgs[:1], fake_train, progress=False)
+    broken = runs.run_dir(tmp_path, "f", cfgs[0])
+    (broken / "metrics.jsonl").unlink()
+    with pytest.raises(RuntimeError, match="1 of 2 runs failed"):
+        experiments.run_grid(tmp_path, "f", cfgs, fake_train, progress=False)
+    assert calls == [0, 1]  # the healthy new run trained; the broken one was not reused
+    assert f"python -m ragen_lib repair {broken}" in capsys.readouterr().out
+
+
+def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_error():
+    """papermill -p passes text; a key the grid varies would be silently ignored."""
+    _, as_text = experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": 5}')
+    _, as_dict = experiments.variants("03_uncertainty_filtering", "smoke", overrides={"train.steps": 5})
+    assert [c for c, _ in as_text] == [c for c, _ in as_dict] and as_text[0][0].train.steps == 5
+    with pytest.raises(ValueError, match=r"algo.filter_keep, which 03_uncertainty_filtering.yaml varies"):
+        experiments.variants("03_uncertainty_filtering", "smoke", overrides={"algo.filter_keep": 0.5})
+    with pytest.raises(ValueError, match="pass seeds="):
+        experiments.variants("03_uncertainty_filtering", "smoke", overrides={"train.seed": 3})
+    with pytest.raises(ValueError, match="overrides must be a mapping"):
+        experiments.variants("03_uncertainty_filtering", "smoke", overrides="[1, 2]")
+    with pytest.raises(ValueError, match="overrides, line 1"):
+        experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": ')
+
+
+def test_grid_and_profile_yaml_errors_name_the_file_and_line(tmp_path):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: {train.steps: 7}\nbase: {train.steps: 8}\n")
+    with pytest.raises(ValueError, match=r"g.yaml, line 2, column 1: key 'base' is given twice"):
+        experiments.variants(grid, "smoke")
+    prof = tmp_path / "profiles.yaml"
+    prof.write_text("smoke:\n  seeds: [0\n")
+    with pytest.raises(ValueError, match=r"profiles.yaml, line 3"):
+        experiments.load_profile("smoke", prof)
+
+
+# --- the plan: runs, steps and disk of a profile ---------------------------------------------------
+def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monkeypatch, capsys):
+    from ragen_lib.__main__ import main
+
+    p = experiments.plan("smoke", root=tmp_path, names=["03_uncertainty_filtering"], device="cpu")
+    [row] = p["findings"]
+    # 2 envs × 7 variants, 3 steps each
+    assert (row["runs"], row["done"], row["to_train"], row["steps"]) == (14, 0, 14, 42)
+    cfg = experiments.variants("03_uncertainty_filtering", "smoke")[1][0][0]
+    assert row["checkpoint_bytes"] == experiments.checkpoint_bytes(cfg, "cpu")
+    assert row["peak_bytes"] == p["workers"] * 2 * row["checkpoint_bytes"]
+    assert p["need_bytes"] == row["peak_bytes"] + row["left_bytes"]
+    # the embedded model on a GPU: policy, critic and reference as float32 master copies (models.py)
+    # plus two Adam moments each
+    quick = experiments.variants("01_instability", "quick")[1][0][0]
+    policy, critic = experiments.model_size(quick.model.name)
+    assert 130e6 < policy < 140e6 and critic > policy - 1  # SmolLM2-135M; tied head counted once
+    assert experiments.checkpoint_bytes(quick, "cuda") == pytest.approx(
+        4 * (4 * policy + 3 * critic), rel=0.01
+    )
+    assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 0
+    assert "03_uncertainty_filtering" in capsys.readouterr().out
+    monkeypatch.setattr(
+        experiments.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1e12, 1e12, 1000)
+    )
+    assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 3
+    assert "error: the plan needs" in capsys.readouterr().err
+
+
+# --- interrupting a grid -------------------------------------------------------------------------
+def slow_train(cfg, run):
+    """A run that logs one step, says which process trains it, then trains "forever" (60 s)."""
+    run.resume()
+    run.log(0, {"pid": os.getpid()})
+    (Path(run.path).parent.parent.parent / "pids" / str(os.getpid())).touch()
+    time.sleep(60)
+
+
+GRID = """
+import sys
+from ragen_lib import config, experiments
+from tests.test_experiments import slow_train
+cfgs = [config.from_dict({}, {"train.seed": s, "train.steps": 3}) for s in range(6)]
+experiments.run_grid(sys.argv[1], "f", cfgs, slow_train, progress=False, slots=[{}, {}])
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+    except (OSError, IndexError):
+        return False
+    return state not in "ZX"  # a zombie (no init to reap it in a container) is dead
+
+
+def start_grid(root: Path) -> tuple[subprocess.Popen, list[int]]:
+    (root / "pids").mkdir(parents=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GRID, str(root)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # so the test can clean up the whole group whatever happens
+    )
+    deadline = time.monotonic() + 180
+    while len(list((root / "pids").iterdir())) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    workers = [int(p.name) for p in (root / "pids").iterdir()]
+    assert len(workers) == 2, proc.communicate(timeout=5)[0] if proc.poll() is not None else workers
+    return proc, workers
+
+
+def wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupting_a_grid_stops_workers_and_cancels_queued_runs_within_seconds(tmp_path, sig):
+    """Jupyter's stop button (SIGINT to the kernel only) or SIGTERM to the parent: before, the grid
+    returned after every queued run had trained, or left its workers training and starting more."""
+    proc, workers = start_grid(tmp_path)
+    try:
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        out = proc.communicate(timeout=20)[0]
+        took = time.monotonic() - t0
+        assert took < 10, out
+        print(f"grid stopped {took:.1f} s after {signal.Signals(sig).name}")
+        assert wait_gone(workers, 5) == [], out
+        assert re.search(r"grid interrupted: [34] queued run\(s\) cancelled, 2 worker\(s\) stopped", out), out
+        assert "Exception in thread" not in out
+        folders = sorted((tmp_path / "runs" / "f").iterdir())
+        assert len(folders) == 2  # the four queued runs were never touched
+        for folder in folders:
+            cfg = config.load(folder / "config.yaml")
+            with pytest.warns(runs.RunStoreWarning, match="taking over from PID"), Run(folder, cfg) as run:
+                # the dead worker's lock is free: the run is resumable
+                assert not run.done and [r["step"] for r in run.metrics()] == [0]
+    finally:
+        with pytest.MonkeyPatch.context():
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            for pid in workers:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_grid_workers_die_with_a_killed_parent(tmp_path):
+    """SIGKILL leaves the parent no time to clean up: the workers notice and die on their own."""
+    proc, workers = start_grid(tmp_path)
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert wait_gone(workers, 5) == []
+    finally:
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -1,25 +1,49 @@
-"""The run store: atomic appends, torn tails, corrupt files, resume, SIGKILL."""
+"""The run store, tried as an adversary would: torn tails, corrupt and foreign files, planted
+pickles, full disks, SIGKILL at random moments and two writers on one run (docs/RELIABILITY.md)."""
 
+import errno
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ragen_lib import config, runs
-from ragen_lib.runs import CorruptRunError, Run
+from ragen_lib.runs import CorruptRunError, DiskFullError, Run, RunLockedError, RunStoreWarning
 
-CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"seed": 0}})
+CFG = config.from_dict(
+    {"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"seed": 0, "steps": 12}}
+)
+ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 
 
 def seed(s: int) -> config.Config:
     return config.from_dict(CFG.to_dict(), {"train.seed": s})
+
+
+def steps_of(run: Run) -> list[int]:
+    return [r["step"] for r in run.metrics()]
+
+
+def trained(path, upto: int, ckpt_every: int = 3, cfg=CFG) -> Run:
+    """A run that logged steps 0..upto, with a checkpoint every `ckpt_every` steps."""
+    run = Run(path, cfg)
+    for s in range(upto + 1):
+        run.log(s, {"a": s})
+        run.log_samples(s, [{"t": s}])
+        if (s + 1) % ckpt_every == 0:
+            run.save_checkpoint(s, {"w": torch.full((3,), float(s))})
+    return run
 
 
 def test_run_dir_is_slug_and_config_hash():
@@ -32,15 +56,16 @@ def test_run_dir_is_slug_and_config_hash():
     assert "/" not in runs.run_dir("out", "f", slashed).name
 
 
-def test_config_conflict(tmp_path):
+def test_another_config_in_the_folder_is_refused_without_advising_deletion(tmp_path):
     Run(tmp_path / "r", CFG)
-    with pytest.raises(ValueError, match="another run"):
+    with pytest.raises(CorruptRunError, match="holds the run of another config") as e:
         Run(tmp_path / "r", seed(1))
+    assert "delete" not in str(e.value)
     with pytest.raises(FileNotFoundError, match="not a run folder"):
         Run(tmp_path / "elsewhere")
 
 
-def test_log_round_trip_and_no_duplicates(tmp_path):
+def test_log_round_trip_no_duplicates_no_gaps(tmp_path):
     run = Run(tmp_path / "r", CFG)
     run.log(
         0,
@@ -60,6 +85,9 @@ def test_log_round_trip_and_no_duplicates(tmp_path):
     assert type(rows[0]["e"]) is int and rows[0]["f"] is True and rows[0]["g"] == [0, 1]
     with pytest.raises(ValueError, match="already logged"):
         run.log(1, {"a": 2.0})
+    with pytest.raises(ValueError, match="one after another"):
+        run.log(3, {"a": 2.0})  # a hole is never written
+    run.close()
     with pytest.raises(ValueError, match="already logged"):
         Run(tmp_path / "r", CFG).log(0, {"a": 2.0})  # a fresh handle knows the file's last step
 
@@ -71,155 +99,565 @@ def test_config_yaml_round_trip_with_tuples(tmp_path):
     assert config.load(run.path / "config.yaml") == cfg
 
 
-def test_torn_tail_dropped_and_repaired(tmp_path):
+def test_torn_tail_dropped_and_repaired_by_the_writer_only(tmp_path):
     run = Run(tmp_path / "r", CFG)
     run.log(0, {"a": 1})
+    run.close()
     with open(run.path / "metrics.jsonl", "ab") as f:
         f.write(b'{"step": 1, "a"')
-    assert [r["step"] for r in run.metrics()] == [0]
-    assert (run.path / "metrics.jsonl").read_bytes().endswith(b"}\n")
-    run2 = Run(tmp_path / "r", CFG)
-    run2.log(1, {"a": 2})
-    assert [r["step"] for r in run2.metrics()] == [0, 1]
+    before = (run.path / "metrics.jsonl").read_bytes()
+    with pytest.warns(RunStoreWarning, match="incomplete line"):
+        assert steps_of(Run(run.path)) == [0]  # a reader leaves it, and says so
+    assert (run.path / "metrics.jsonl").read_bytes() == before
+    with Run(tmp_path / "r", CFG) as writer:
+        writer.log(1, {"a": 2})  # the writer cuts the torn tail first
+        assert steps_of(writer) == [0, 1]
 
 
-def test_corrupt_middle_line_names_file_and_line(tmp_path):
+def test_corrupt_middle_line_names_file_line_and_repair(tmp_path):
     run = Run(tmp_path / "r", CFG)
     (run.path / "metrics.jsonl").write_text('{"step": 0}\nGARBAGE\n{"step": 2}\n')
-    with pytest.raises(CorruptRunError, match=r"metrics.jsonl, line 2"):
+    with pytest.raises(CorruptRunError, match=r"metrics.jsonl, line 2, is not a metric line.*repair") as e:
         run.metrics()
+    assert "delete" not in str(e.value)
 
 
-def test_checkpoints_keep_newest_and_corrupt_is_named(tmp_path):
-    run = Run(tmp_path / "r", CFG)
-    assert run.load_checkpoint() == (None, None)
-    run.save_checkpoint(1, {"w": torch.ones(2)})
-    run.save_checkpoint(3, {"w": torch.zeros(2)})
-    assert [p.name for p in (run.path / "ckpt").iterdir()] == ["step_000003.pt"]
+def test_checkpoints_keep_newest_only_with_identity_and_a_metrics_copy(tmp_path):
+    run = trained(tmp_path / "r", 5)  # checkpoints at 2 and 5
+    assert [p.name for p in (run.path / "ckpt").iterdir()] == ["step_000005.pt"]
+    state = torch.load(run.path / "ckpt" / "step_000005.pt", weights_only=True)
+    assert state["step"] == 5 and state["config_hash"] == CFG.hash() and state["config"] == CFG.to_dict()
+    assert [json.loads(line)["step"] for line in state["metrics"].splitlines()] == list(range(6))
     step, state = run.load_checkpoint()
-    assert step == 3 and torch.equal(state["w"], torch.zeros(2))
-    (run.path / "ckpt" / "step_000003.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(CorruptRunError, match="step_000003.pt.*Delete it"):
+    assert step == 5 and torch.equal(state["w"], torch.full((3,), 5.0))
+    (run.path / "ckpt" / "step_000005.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CorruptRunError, match="step_000005.pt cannot be read.*repair"):
         run.load_checkpoint()
 
 
-def test_resume_drops_steps_after_the_checkpoint(tmp_path):
+def test_a_checkpoint_never_covers_a_hole(tmp_path):
     run = Run(tmp_path / "r", CFG)
-    for s in range(5):
-        run.log(s, {"a": s})
-        run.log_samples(s, [{"t": "x"}])
-        if s == 2:
-            run.save_checkpoint(s, {})
-    step, _ = run.resume()
-    assert step == 2 and [r["step"] for r in run.metrics()] == [0, 1, 2]
-    assert [r["step"] for r in run.samples()] == [0, 1, 2]
-    run.log(3, {"a": 3})  # continuing is allowed again
+    run.log(0, {})
+    with open(run.path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2}\n')  # what a second writer's truncate used to leave
+    run._last_step = None
+    with pytest.raises(CorruptRunError, match="holds steps 0, 2; a checkpoint at step 2 needs exactly 0-2"):
+        run.save_checkpoint(2, {})
 
 
-def test_load_skips_running_when_asked_and_leaves_live_files_alone(tmp_path):
-    done = Run(runs.run_dir(tmp_path, "f", CFG), CFG)
-    done.log(0, {"a": 1})
-    done.mark_done({"final": 1})
-    cfg2 = seed(5)
-    live = Run(runs.run_dir(tmp_path, "f", cfg2), cfg2)
-    live.log(0, {"a": 2})
-    with open(live.path / "metrics.jsonl", "ab") as f:
-        f.write(b'{"step": 1, "a"')  # a write in flight in a training process
-    before = (live.path / "metrics.jsonl").read_bytes()
-    df = runs.load(tmp_path)
-    assert sorted(df["cfg.train.seed"]) == [0, 5] and set(df["finding"]) == {"f"}
-    assert (live.path / "metrics.jsonl").read_bytes() == before  # a reader never truncates
-    assert list(runs.load(tmp_path, include_running=False)["cfg.train.seed"]) == [0]
+def test_resume_trims_steps_after_the_checkpoint(tmp_path):
+    run = trained(tmp_path / "r", 7)  # checkpoint at 5, steps 6-7 logged after it
+    run.close()
+    with Run(run.path, CFG) as again:
+        step, _ = again.resume()
+        assert step == 5 and steps_of(again) == list(range(6))
+        assert [r["step"] for r in again.samples()] == list(range(6))
+        again.log(6, {"a": 6})  # continuing is allowed again
 
 
-# The writer under test. It runs in a forked child of one helper process (spawned with
-# sys.executable), so torch is imported once rather than once per kill: that keeps the test fast.
-SCRIPT = """
-import os, sys, time, traceback
-import torch  # noqa: F401  (imported once, before the forks)
-from ragen_lib.config import Config
-from ragen_lib.runs import Run
+# --- corruptions: each was accepted silently before (issue 13) --------------------------------------
+def cut_last_line(path):
+    lines = (path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (path / "metrics.jsonl").write_text("".join(lines[:-1]))
 
-def attempt(path):
-    run = Run(path, Config())
-    step, state = run.resume()
-    assert state is None or state["s"] == step
-    start = 0 if step is None else step + 1
-    print("ready", os.getpid(), flush=True)
-    for s in range(start, 20):
-        time.sleep(0.01)
-        run.log(s, {"x": s * 2, "pad": "y" * 2000})
-        run.log_samples(s, [{"t": s * 3}, {"t": s * 3 + 1}])
-        if s % 2 == 1:
-            run.save_checkpoint(s, {"s": s})
-    run.mark_done({"steps": 20})
 
-for _ in sys.stdin:  # one line: one attempt, in a fresh process
-    pid = os.fork()
-    if pid == 0:
-        code = 0
+@pytest.mark.parametrize(
+    "damage",
+    ["last line cut", "file deleted", "hole", "garbage line", "torn and short"],
+)
+def test_resume_restores_metrics_up_to_the_checkpoint(tmp_path, damage):
+    """Checkpoint 5, metrics damaged: resume restores 0-5 from the checkpoint's copy (before: it
+    resumed after the last line, leaving a hole, or kept only the steps logged after)."""
+    run = trained(tmp_path / "r", 5)
+    run.close()
+    m = run.path / "metrics.jsonl"
+    if damage == "last line cut":
+        cut_last_line(run.path)
+    elif damage == "file deleted":
+        m.unlink()
+    elif damage == "hole":
+        m.write_text("".join(line for line in m.read_text().splitlines(True) if '"step": 3' not in line))
+    elif damage == "garbage line":
+        m.write_text(m.read_text().replace('{"step": 2', "GARBAGE", 1))
+    else:
+        cut_last_line(run.path)
+        with open(m, "ab") as f:
+            f.write(b'{"step": 5, "a')
+    with Run(run.path, CFG) as again:
+        with pytest.warns(RunStoreWarning, match="restored steps 0-5 from checkpoint step 5"):
+            step, _ = again.resume()
+        assert step == 5 and steps_of(again) == list(range(6))
+        assert [r["a"] for r in again.metrics()] == list(range(6))
+    if damage != "file deleted":
+        assert list((run.path / "quarantine").rglob("metrics.jsonl"))  # the damaged file is kept
+
+
+FUZZ_EXAMPLES = 200
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    damage=st.lists(
+        st.tuples(
+            st.sampled_from(["truncate", "flip", "drop line", "repeat line", "append", "swap lines"]),
+            st.integers(0, 10_000),
+            st.binary(min_size=1, max_size=8),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_fuzzed_metrics_damage_is_repaired_or_refused_never_silent(tmp_path_factory, damage):
+    """Random damage to metrics.jsonl (checkpoint at 5, steps 0-7 logged): resume gives exactly the
+    original steps 0-5, byte for byte, or raises CorruptRunError; it never returns a short, holey or
+    altered run."""
+    path = tmp_path_factory.mktemp("fuzz") / "r"
+    run = trained(path, 7)
+    run.close()
+    m = path / "metrics.jsonl"
+    original = m.read_text().splitlines(keepends=True)[:6]
+    for op, at, data in damage:
+        raw = m.read_bytes()
+        lines = raw.splitlines(keepends=True)
+        i = at % max(1, len(raw))
+        if op == "truncate":
+            raw = raw[:i]
+        elif op == "flip":
+            raw = raw[:i] + bytes([raw[i] ^ (data[0] or 1)]) + raw[i + 1 :] if raw else raw
+        elif op == "drop line" and lines:
+            raw = b"".join(lines[: at % len(lines)] + lines[at % len(lines) + 1 :])
+        elif op == "repeat line" and lines:
+            raw = b"".join(lines[: at % len(lines) + 1] + lines[at % len(lines) :])
+        elif op == "swap lines" and len(lines) > 1:
+            j = at % (len(lines) - 1)
+            raw = b"".join(lines[:j] + [lines[j + 1], lines[j]] + lines[j + 2 :])
+        elif op == "append":
+            raw = raw + data
+        m.write_bytes(raw)
+    with Run(path, CFG) as again, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunStoreWarning)
         try:
-            attempt(sys.argv[1])
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    print("exit", status, flush=True)
+            step, _ = again.resume()
+        except CorruptRunError:
+            return
+        assert step == 5 and m.read_text().splitlines(keepends=True) == original
+
+
+def test_checkpoint_of_another_config_is_refused_and_repair_moves_it(tmp_path, capsys):
+    from ragen_lib.__main__ import main
+
+    mine = trained(tmp_path / "mine", 2)
+    theirs = trained(tmp_path / "theirs", 5, cfg=seed(1))
+    mine.close()
+    shutil.copy(theirs.path / "ckpt" / "step_000005.pt", mine.path / "ckpt" / "step_000005.pt")
+    with Run(mine.path, CFG) as again, pytest.raises(CorruptRunError) as e:
+        again.resume()
+    assert "written by another config" in str(e.value) and f"repair {mine.path}" in str(e.value)
+    assert main(["repair", str(mine.path)]) == 0
+    assert "checkpoint moved to" in capsys.readouterr().out
+    with Run(mine.path, CFG) as again:
+        assert again.resume()[0] == 2  # its own checkpoint again
+    assert list((mine.path / "quarantine").rglob("step_000005.pt"))
+
+
+def test_checkpoint_past_the_last_step_is_refused(tmp_path):
+    run = trained(tmp_path / "r", 5)
+    runs.save_state(run.path / "ckpt" / "step_000099.pt", {**run._identity(99), "metrics": ""})
+    run.close()
+    with Run(run.path, CFG) as again, pytest.raises(CorruptRunError, match="past this run's last step 11"):
+        again.resume()
+
+
+def test_done_is_written_only_for_steps_0_to_n_minus_1(tmp_path):
+    run = trained(tmp_path / "r", 6)
+    with pytest.raises(CorruptRunError, match="holds steps 0-6, not 0-11: the run is not marked finished"):
+        run.mark_done()
+    assert not run.done
+    for s in range(7, 12):
+        run.log(s, {"a": s})
+    run.mark_done({"x": 1})
+    assert run.done and Run(run.path).problems() == []
+    assert not (run.path / "ckpt").exists()  # a finished run drops its checkpoint and optimizer states
+
+
+@pytest.mark.parametrize("damage", ["no metrics", "short metrics", "garbage DONE"])
+def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, damage):
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done()
+    run.close()
+    if damage == "no metrics":
+        (run.path / "metrics.jsonl").unlink()
+    elif damage == "short metrics":
+        cut_last_line(run.path)
+    else:
+        (run.path / "DONE").write_text("garbage")
+    with pytest.raises(CorruptRunError, match=f"is inconsistent.*repair {run.path}"):
+        Run(run.path).check_done()
+    with pytest.warns(RunStoreWarning, match="marked finished but"):
+        df = runs.load(tmp_path, "f")
+    assert not df["done"].any()
+    actions = Run(run.path).repair()
+    assert actions and not run.done and not (run.path / "metrics.jsonl").exists()  # trains again
+    assert list((run.path / "quarantine").rglob("DONE"))  # moved aside, not deleted
+
+
+def test_load_warns_and_never_returns_a_short_run_as_finished(tmp_path):
+    good = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    good.mark_done()
+    short_cfg = seed(5)
+    short = trained(runs.run_dir(tmp_path, "f", short_cfg), 11, cfg=short_cfg)
+    short.mark_done()
+    cut_last_line(short.path)
+    live_cfg = seed(6)
+    live = trained(runs.run_dir(tmp_path, "f", live_cfg), 1, cfg=live_cfg)
+    with open(live.path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 2, "a"')  # a write in flight in a training process
+    before = (live.path / "metrics.jsonl").read_bytes()
+    with pytest.warns(RunStoreWarning) as record:
+        df = runs.load(tmp_path)
+    text = " ".join(str(w.message) for w in record)
+    assert "marked finished but" in text and "incomplete line" in text
+    done = df.groupby("cfg.train.seed")["done"].first().to_dict()
+    assert done == {0: True, 5: False, 6: False}
+    assert (live.path / "metrics.jsonl").read_bytes() == before  # a reader never truncates
+    with pytest.warns(RunStoreWarning):
+        assert set(runs.load(tmp_path, include_running=False)["cfg.train.seed"]) == {0}
+
+
+def test_hand_edited_config_is_explained_and_repair_restores_it(tmp_path):
+    run = trained(tmp_path / "runs" / "f" / runs.run_dir(tmp_path, "f", CFG).name, 5)
+    run.close()
+    cfg_file = run.path / "config.yaml"
+    cfg_file.write_text(cfg_file.read_text().replace("steps: 12", "steps: 50"))
+    with pytest.raises(CorruptRunError) as e:
+        Run(run.path, CFG)
+    msg = str(e.value)
+    assert "was edited after the run started" in msg and f"repair {run.path}" in msg
+    assert "delete" not in msg.lower()
+    actions = Run(run.path).repair()
+    assert "restored" in actions[0] and "steps: 50" in (run.path / "config.yaml.edited").read_text()
+    with Run(run.path, CFG) as again:  # the original config again: resumes where it was
+        assert again.resume()[0] == 5
+
+
+# --- a planted pickle --------------------------------------------------------------------------------
+class Planted:
+    """Unpickling this runs a shell command (what weights_only=False allowed)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_planted_pickle_is_refused_and_runs_nothing(tmp_path):
+    run = trained(tmp_path / "r", 1, ckpt_every=100)
+    marker = tmp_path / "pwned"
+    (run.path / "ckpt").mkdir()
+    torch.save({"policy": Planted(marker), "step": 1}, run.path / "ckpt" / "step_000001.pt")
+    with pytest.raises(CorruptRunError, match="asks to load posix.system.*refused") as e:
+        run.resume()
+    assert f"repair {run.path}" in str(e.value)
+    with pytest.raises(CorruptRunError, match="refused"):
+        runs.read_state(run.path / "ckpt" / "step_000001.pt")  # what the other ranks load
+    assert not marker.exists()
+
+
+# --- the lock: one writer per run -----------------------------------------------------------------
+HOLDER = """
+import sys, time
+from ragen_lib import config
+from ragen_lib.runs import Run
+cfg = config.from_dict({"algo": {"name": "starpo-ppo"}, "train": {"seed": 0, "steps": 12}})
+run = Run(sys.argv[1], cfg).lock()
+print("locked", flush=True)
+time.sleep(60)
 """
 
 
-def test_sigkill_at_random_moments_loses_nothing(tmp_path):
-    """SIGKILL the writer (no cleanup at all) at random moments of its loop, resume each time."""
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+def test_a_second_process_is_refused_with_the_owners_pid_and_a_dead_owner_is_taken_over(tmp_path):
     path = tmp_path / "r"
-    rng = np.random.default_rng(0)
-    helper = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(path)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], env=ENV, stdout=subprocess.PIPE, text=True
     )
-
-    def attempt(kill_after: float | None) -> int:
-        helper.stdin.write("go\n")
-        helper.stdin.flush()
-        ready, pid = helper.stdout.readline().split()  # past resume(): inside the loop now
-        assert ready == "ready"
-        if kill_after is not None:
-            time.sleep(kill_after)
-            os.kill(int(pid), signal.SIGKILL)
-        word, status = helper.stdout.readline().split()
-        assert word == "exit"
-        return int(status)
-
     try:
-        reached = []
-        for _ in range(5):
-            status = attempt(float(rng.uniform(0.0, 0.12)))
-            assert status in (signal.SIGKILL, 0)  # killed, or finished just before the kill
-            reached.append(Run(path).metrics()[-1]["step"] if (path / "metrics.jsonl").exists() else -1)
-        assert not (path / runs.DONE).exists() and any(0 <= r < 19 for r in reached), reached  # mid-run kills
-        assert attempt(None) == 0  # the last attempt runs to the end
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunLockedError) as e:
+            Run(path, CFG).log(0, {})
+        msg = str(e.value)
+        assert f"PID {holder.pid}" in msg and f"kill {holder.pid}" in msg and "tail -f" in msg
+        assert not (path / "metrics.jsonl").exists()
     finally:
-        helper.stdin.close()
-        helper.wait(timeout=10)
+        holder.send_signal(signal.SIGKILL)  # dies holding the lock: the kernel releases it
+        holder.wait()
+    with pytest.warns(RunStoreWarning, match=f"taking over from PID {holder.pid}"):
+        run = Run(path, CFG).lock()
+    run.log(0, {})
+    assert steps_of(run) == [0]
+
+
+def test_a_newer_handle_in_the_same_process_supersedes_the_older(tmp_path):
+    """A notebook cell rerun after an interrupt: the old handle (kept alive by a traceback) must not
+    block the new one, and must not write any more."""
+    old = Run(tmp_path / "r", CFG)
+    old.log(0, {})
+    new = Run(tmp_path / "r", CFG)
+    new.log(1, {})
+    with pytest.raises(RuntimeError, match="superseded"):
+        old.log(2, {})
+    assert steps_of(new) == [0, 1]
+
+
+def test_stale_tmp_files_are_removed_when_the_lock_is_taken(tmp_path):
+    run = trained(tmp_path / "r", 2)
+    run.close()
+    (run.path / "ckpt" / "step_000005.pt.tmp").write_bytes(b"half")
+    (run.path / "metrics.jsonl.123.tmp").write_text("half")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its owner released the lock cleanly: no "taking over"
+        Run(run.path, CFG).lock()
+    assert sorted(p.name for p in run.path.rglob("*.tmp")) == []
+
+
+# --- full disk ---------------------------------------------------------------------------------
+class FullFile:
+    """A file that takes `room` bytes and then fails as a full disk does."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def flush(self):
+        self.f.flush()
+
+
+def test_full_disk_injected_names_the_file_and_leaves_the_run_resumable(tmp_path, monkeypatch):
+    run = trained(tmp_path / "r", 2, ckpt_every=2)  # checkpoint at 1
+    run.log(3, {"a": 3})
+    real = runs._CountingWriter
+    monkeypatch.setattr(runs, "_CountingWriter", lambda f: real(FullFile(f, 4096)))
+    with pytest.raises(DiskFullError, match=r"no space left writing .*step_000003.pt \(about \d+ MB needed"):
+        run.save_checkpoint(3, {"w": torch.zeros(1_000_000)})
+    monkeypatch.undo()
+    assert sorted(p.name for p in (run.path / "ckpt").iterdir()) == ["step_000001.pt"]  # no .tmp left
+    real_write = os.write
+
+    def full_for_metrics(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_metrics)
+    with pytest.raises(DiskFullError, match="no space left writing .*metrics.jsonl"):
+        run.log(4, {"a": 4})
+    monkeypatch.undo()
+    run.close()
+    with Run(run.path, CFG) as again:
+        assert again.resume()[0] == 1 and steps_of(again) == [0, 1]
+
+
+TMPFS_SCRIPT = """
+import json, os, sys, torch
+from ragen_lib import config
+from ragen_lib.runs import DiskFullError, Run
+cfg = config.from_dict({"train": {"steps": 12}})
+run = Run(os.path.join(sys.argv[1], "r"), cfg)
+out = {}
+for s in range(4):
+    run.log(s, {"a": s})
+    if s == 1:
+        run.save_checkpoint(1, {"w": torch.zeros(256 * 1024)})  # 1 MB
+try:
+    run.save_checkpoint(3, {"w": torch.zeros(3 * 256 * 1024)})  # 3 MB: more than the 4 MB disk has left
+except DiskFullError as e:
+    out["error"] = str(e)
+run.close()
+again = Run(os.path.join(sys.argv[1], "r"), cfg)
+out["ckpt"] = sorted(os.listdir(os.path.join(sys.argv[1], "r", "ckpt")))
+out["resume"] = again.resume()[0]
+out["steps"] = [r["step"] for r in again.metrics()]
+print(json.dumps(out))
+"""
+
+
+def test_full_disk_on_a_real_small_tmpfs(tmp_path):
+    """A 4 MB tmpfs in a private mount namespace (unshare -rm: no root needed where user namespaces
+    are allowed); skipped where it cannot be mounted. The injected test above runs everywhere."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=4m tmpfs {mnt}"], capture_output=True
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr.decode().strip()}")
+    cmd = f"mount -t tmpfs -o size=4m tmpfs {mnt} && exec {sys.executable} -c '{TMPFS_SCRIPT}' {mnt}"
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "no space left writing" in out["error"] and "step_000003.pt (about 3 MB needed" in out["error"]
+    assert out["ckpt"] == ["step_000001.pt"] and out["resume"] == 1 and out["steps"] == [0, 1]
+
+
+# --- processes: SIGKILL at random moments, two writers at once ------------------------------------
+# The writer under test runs in forked children of one helper process (spawned with sys.executable),
+# so torch is imported once rather than once per attempt: that keeps the tests fast.
+SCRIPT = """
+import os, sys, time
+import torch  # noqa: F401  (imported once, before the forks)
+from ragen_lib import config
+from ragen_lib.runs import Run, RunLockedError
+
+CFG = config.from_dict({"train": {"steps": 20}})
+
+def say(*words):  # one write per line: the two writers of a pair share the pipe
+    os.write(1, (" ".join(map(str, words)) + chr(10)).encode())
+
+def attempt(path):
+    with Run(path, CFG) as run:
+        if run.done:
+            return "reused"
+        step, state = run.resume()
+        assert state is None or state["s"] == step
+        start = 0 if step is None else step + 1
+        say("ready", os.getpid())
+        for s in range(start, 20):
+            time.sleep(0.03)  # 20 steps outlast the 8 kills (each within 0.12 s of the start)
+            run.log(s, {"x": s * 2, "pad": "y" * 2000})
+            run.log_samples(s, [{"t": s * 3}, {"t": s * 3 + 1}])
+            if s % 2 == 1 and s < 19:
+                run.save_checkpoint(s, {"s": s})
+        run.mark_done({"steps": 20})
+    return "done"
+
+def child(path, gate=None):
+    if gate is not None:
+        os.read(gate, 1)  # returns when the parent closes the pipe: both writers start together
+    try:
+        outcome = attempt(path)
+    except RunLockedError as e:
+        outcome = "locked" if "PID" in str(e) else "locked-without-pid"
+    except BaseException as e:
+        outcome = "error:" + type(e).__name__ + ":" + str(e).replace(chr(10), " ")[:300]
+    say("outcome", outcome)
+    os._exit(0)
+
+for line in sys.stdin:
+    word, path = line.split()
+    if word == "one":
+        pid = os.fork()
+        if pid == 0:
+            child(path)
+        _, status = os.waitpid(pid, 0)
+        say("exit", status)
+    else:  # "pair": two writers on one run at the same moment
+        r, w = os.pipe()
+        pids = []
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                child(path, r)
+            pids.append(pid)
+        os.close(r)
+        os.close(w)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        say("pair-done")
+"""
+
+
+@pytest.fixture
+def helper():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=30)
+
+
+def finished_cleanly(path) -> None:
     lines = (path / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert [r["step"] for r in rows] == list(range(20))
     assert all(r["x"] == r["step"] * 2 and r["pad"] == "y" * 2000 for r in rows)
     samples = [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
     assert [(r["step"], r["t"]) for r in samples] == [(s, s * 3 + k) for s in range(20) for k in (0, 1)]
-    assert [p.name for p in (path / "ckpt").iterdir()] == ["step_000019.pt"]
-    assert Run(path).done
+    assert not (path / "ckpt").exists() and Run(path).done and Run(path).problems() == []
+
+
+KILLS = 8
+
+
+def test_sigkill_at_random_moments_loses_nothing(tmp_path, helper):
+    """SIGKILL the writer (no cleanup at all) at random moments of its loop, resume each time."""
+    path = tmp_path / "r"
+    rng = np.random.default_rng(0)
+
+    def attempt(kill_after: float | None) -> int:
+        helper.stdin.write(f"one {path}\n")
+        helper.stdin.flush()
+        ready, pid = helper.stdout.readline().split()  # past resume(): inside the loop now
+        assert ready == "ready"
+        if kill_after is not None:
+            time.sleep(kill_after)
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:  # it finished and was reaped before the kill: "exit 0" follows
+                pass
+        while True:
+            word, status = helper.stdout.readline().split()
+            if word == "exit":
+                return int(status)
+            assert status == "done", status  # "outcome done": it finished just before the kill
+
+    reached = []
+    for _ in range(KILLS):
+        status = attempt(float(rng.uniform(0.0, 0.12)))
+        assert status in (signal.SIGKILL, 0)  # killed, or finished just before the kill
+        reached.append(steps_of(Run(path))[-1] if (path / "metrics.jsonl").exists() else -1)
+    assert not (path / runs.DONE).exists() and any(0 <= r < 19 for r in reached), reached  # mid-run kills
+    assert attempt(None) == 0  # the last attempt runs to the end
+    finished_cleanly(path)
+
+
+PAIRS = 30
+
+
+def test_two_writers_started_together_never_leave_a_hole(tmp_path, helper, capsys):
+    """Two processes on one run at the same moment (a notebook and a CLI, two grids on one disk),
+    PAIRS times: exactly one trains, the other is refused with the owner's PID (or, if it came
+    second, reuses the finished run). Before the lock, 2 pairs in 30 left a permanent hole."""
+    outcomes = []
+    for i in range(PAIRS):
+        path = tmp_path / f"r{i}"
+        helper.stdin.write(f"pair {path}\n")
+        helper.stdin.flush()
+        pair = []
+        while (line := helper.stdout.readline().split())[0] != "pair-done":
+            if line[0] == "outcome":
+                pair.append(line[1])
+        assert sorted(pair) in (["done", "locked"], ["done", "reused"]), (i, pair)
+        finished_cleanly(path)
+        outcomes += pair
+    with capsys.disabled():
+        locked, reused = outcomes.count("locked"), outcomes.count("reused")
+        print(f"\n{PAIRS} pairs: {locked} refused by the lock, {reused} reused the finished run")
 
 
 def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys):
     from ragen_lib.__main__ import main
 
-    run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
+    cfg = config.from_dict(CFG.to_dict(), {"train.steps": 6})
+    run = Run(runs.run_dir(tmp_path, "adhoc", cfg), cfg)
     for s, succ in enumerate([0.2, 0.3, 0.4, 0.6, 0.7, 0.9]):
         run.log(s, {"rollout/success": succ, "rollout/format_valid": 1.0})
     run.mark_done({"commit": "abc1234", "device": "cpu"})
@@ -228,5 +666,9 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     assert "trained at commit abc1234 on cpu" in out
     assert "rollout/success: step 0 0.200 → step 5 0.900; mean of first/last third 0.250 / 0.800" in out
     assert (tmp_path / "adhoc.png").stat().st_size > 0
+    (run.path / "DONE").write_text("garbage")  # crashed the command before
+    with pytest.warns(RunStoreWarning):
+        assert main(["plot", str(tmp_path), "--metrics", "rollout/success"]) == 0
+    assert "(DONE is inconsistent)" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no runs"):
         main(["plot", str(tmp_path), "--finding", "other"])

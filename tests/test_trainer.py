@@ -98,9 +98,35 @@ def test_nan_loss_skips_the_step_and_counts_it(monkeypatch):
         return loss * float("nan"), stats
 
     monkeypatch.setattr(objectives, "clipped_policy_loss", poisoned)
-    rows = trainer.train(tiny(**{"algo.name": "starpo-grpo"}), progress=False)
+    rows = trainer.train(tiny(**{"algo.name": "starpo-grpo", "train.max_skipped_frac": 1}), progress=False)
     assert rows[-1]["policy/skipped_steps"] == 2  # one optimizer step per rollout step, both skipped
     assert all(math.isnan(r["policy/grad_norm"]) for r in rows)
+
+
+def test_a_non_finite_critic_step_is_skipped_and_counted(monkeypatch):
+    real = trainer.A.clipped_value_loss
+    monkeypatch.setattr(trainer.A, "clipped_value_loss", lambda *a, **k: real(*a, **k) * float("nan"))
+    rows = trainer.train(tiny(**{"train.max_skipped_frac": 1}), progress=False)
+    assert [r["critic/skipped_steps"] for r in rows] == [1, 2] and rows[-1]["policy/skipped_steps"] == 0
+
+
+def test_a_run_that_skips_most_steps_stops_with_an_error_and_is_not_finished(monkeypatch, tmp_path):
+    """Before: a run that skipped 5 of 6 steps exited 0 as finished."""
+    from ragen_lib.algorithms import objectives
+
+    real = objectives.clipped_policy_loss
+    monkeypatch.setattr(
+        objectives, "clipped_policy_loss", lambda *a, **k: (real(*a, **k)[0] * float("nan"), real(*a, **k)[1])
+    )
+    cfg = tiny(**{"algo.name": "starpo-grpo", "train.steps": 6, "train.checkpoint_every": 1})
+    run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
+    with pytest.raises(
+        trainer.TrainingDiverged, match=r"2 of 2 optimizer steps .* by step 1 .*max_skipped_frac"
+    ):
+        trainer.train(cfg, run, progress=False)
+    assert not run.done and [m["step"] for m in run.metrics()] == [0, 1]  # the evidence is kept
+    with runs.Run(run.path, cfg) as again:  # and the run stays resumable: metrics and checkpoint agree
+        assert again.resume()[0] == 1 and [m["step"] for m in again.metrics()] == [0, 1]
 
 
 @pytest.mark.parametrize("warmup", ["expert", "format", "self"])
@@ -165,17 +191,73 @@ def test_validation_uses_fixed_states():
         seeds.val_seeds("sokobn", 2)
 
 
-def test_run_store_round_trip_and_reuse(tmp_path):
+def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path):
     cfg = tiny(**{"train.checkpoint_every": 1})
     run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
     trainer.train(cfg, run, progress=False)
-    assert run.done and [m["step"] for m in run.metrics()] == [0, 1]
+    assert run.done and [m["step"] for m in run.metrics()] == [0, 1] and run.problems() == []
     done = json.loads((run.path / runs.DONE).read_text())
     assert done["device"] == "cpu" and done["commit"] == runs.git_commit() != ""  # provenance
+    assert done["config_hash"] == cfg.hash() and done["final"]["step"] == 1
     samples = (run.path / "samples.jsonl").read_text().splitlines()
     assert samples and "transcript" in json.loads(samples[0])
     df = runs.load(tmp_path, "t")
     assert len(df) == 2 and (df["cfg.algo.name"] == "starpo-ppo").all()
+    # a finished run keeps its metrics and samples only: no checkpoint, no optimizer state
+    left = runs.disk_usage(run.path)
+    files = sorted(p.name for p in run.path.iterdir())
+    assert files == ["DONE", "config.yaml", "lock", "metrics.jsonl", "samples.jsonl"], files
+    assert left < 200_000, left
+    print(f"a finished 2-step tiny-random run leaves {left} bytes")
+
+
+def test_keep_final_weights_keeps_weights_only(tmp_path):
+    cfg = tiny(**{"train.keep_final_weights": True})
+    run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
+    trainer.train(cfg, run, progress=False)
+    weights = torch.load(run.path / runs.FINAL_WEIGHTS, weights_only=True)
+    assert set(weights) == {"format", "step", "config_hash", "config", "policy", "critic"}
+    assert weights["step"] == 1 and weights["config_hash"] == cfg.hash() and not (run.path / "ckpt").exists()
+    from ragen_lib import experiments
+
+    policy, critic = experiments.model_size("tiny-random")
+    size = (run.path / runs.FINAL_WEIGHTS).stat().st_size
+    assert size == pytest.approx(4 * (policy + critic), rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"algo.name": "starpo-ppo"},  # critic and its optimizer
+        {"algo.name": "apo", "algo.apo_prompt_pool": 6, "algo.apo_ref_samples": 2},  # V*
+        {"algo.name": "starpo-grpo", "train.warmup": "format", "train.warmup_steps": 1},  # the reference
+    ],
+    ids=["ppo", "apo", "warmed-up"],
+)
+def test_every_checkpoint_loads_as_plain_tensors_and_its_size_is_planned(tmp_path, monkeypatch, over):
+    """weights_only=True reads every checkpoint train writes, and experiments.checkpoint_bytes (the
+    plan's disk estimate from the parameter count) matches the file written."""
+    from ragen_lib import experiments
+
+    kept = []
+    real = runs.Run.save_checkpoint
+
+    def keep_a_copy(self, step, state):
+        path = real(self, step, state)
+        kept.append(tmp_path / f"copy_{step}.pt")
+        kept[-1].write_bytes(path.read_bytes())
+        return path
+
+    monkeypatch.setattr(runs.Run, "save_checkpoint", keep_a_copy)
+    cfg = tiny(**over, **{"train.checkpoint_every": 1, "train.warmup_episodes": 4})
+    trainer.train(cfg, runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg), progress=False)
+    [ckpt] = kept  # steps 0 and 1: the last step needs no checkpoint (DONE follows)
+    state = torch.load(ckpt, weights_only=True)
+    assert state["step"] == 0 and state["config_hash"] == cfg.hash()
+    assert ("critic" in state) == cfg.algo.critic and ("reference" in state) == (cfg.train.warmup != "none")
+    assert ("v_star" in state) == (cfg.algo.advantage == "apo")
+    planned = experiments.checkpoint_bytes(cfg, "cpu")
+    assert ckpt.stat().st_size == pytest.approx(planned, rel=0.02), (ckpt.stat().st_size, planned)
 
 
 @pytest.mark.slow
@@ -212,6 +294,35 @@ def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path):
     killed, ref = rows(tmp_path / "kill"), rows(tmp_path / "ref")
     assert [r["step"] for r in killed] == list(range(6))
     assert comparable(killed) == comparable(ref)
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tmp_path):
+    """A notebook and a CLI on one config: the second is refused at once (before its model loads)
+    with the owner's PID; killed, the run resumes and says from which checkpoint step."""
+    cfg_path = tmp_path / "c.yaml"
+    config.save(
+        tiny(**{"train.steps": 40, "train.checkpoint_every": 2, "algo.name": "starpo-grpo"}), cfg_path
+    )
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    cli = [sys.executable, "-m", "ragen_lib", "run", str(cfg_path), "--out", str(tmp_path), "--quiet"]
+    first = subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(tmp_path.rglob("step_*.pt")):
+            time.sleep(0.05)
+        second = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and f"PID {first.pid}" in second.stderr and "kill" in second.stderr
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    [ckpt] = list(tmp_path.rglob("step_*.pt"))
+    k = int(ckpt.stem.split("_")[1])
+    again = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"from its checkpoint at step {k}: steps {k + 1}-39 to train" in again.stdout
+    [metrics] = list(tmp_path.rglob("metrics.jsonl"))
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(40))
 
 
 def test_online_k_plays_k_times_the_groups_and_steps_k_times_from_each_rollout(monkeypatch):
