@@ -5,6 +5,7 @@ python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config
 python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
 python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
 python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
+python -m ragen_lib zeroshot [--envs sokoban ...] [--n 64] [--compare]   format-valid rate of first answers
 """
 
 from __future__ import annotations
@@ -83,6 +84,54 @@ def _warmup(args) -> int:
             }
         )
     )
+    return 0
+
+
+def _zeroshot(args) -> int:
+    """First answers of a model on each env's validation states, one per state: the format-valid
+    rate (binomial standard error), success, and how many answers ran into the token cap. With
+    --compare, the same states and sampling seed again without the `<think>` prefill."""
+    import json
+    import math
+    import time
+
+    from ragen_lib import models, seeds
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.rollout import collect
+
+    model, tok = models.load(args.model)
+    for env in args.envs:
+        states = seeds.val_seeds(env, args.n)
+        for prefill in (True, False) if args.compare else (True,):
+            cfg = RolloutConfig(
+                max_turns=1,
+                temperature=args.temperature,
+                max_new_tokens=args.max_new_tokens,
+                enable_think=not args.no_think,
+                prefill=prefill,
+            )
+            t0 = time.perf_counter()
+            valid, success, tokens = [], [], []
+            for i in range(0, len(states), args.batch):
+                b = collect(model, tok, env, states[i : i + args.batch], 1, cfg, sample_seed=args.seed + i)
+                valid += [ep[0] for ep in b.turn_format_valid]
+                success += b.success.tolist()
+                tokens += b.loss_mask.sum(1).int().tolist()  # one turn: the tokens generated
+            n, p = len(valid), sum(valid) / len(valid)
+            row = {
+                "env": env,
+                "prefill": prefill,
+                "n": n,
+                "format_valid": round(p, 4),
+                "format_valid_se": round(math.sqrt(p * (1 - p) / n), 4),
+                "success": round(sum(success) / n, 4),
+                "hit_token_cap": sum(t >= args.max_new_tokens for t in tokens),
+                "mean_tokens": round(sum(tokens) / n, 1),
+                "max_new_tokens": args.max_new_tokens,
+                "temperature": args.temperature,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            print(json.dumps(row), flush=True)
     return 0
 
 
@@ -170,8 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument(
         "--hue", default="run_id", help="column that tells runs apart, e.g. cfg.train.warmup_lr"
     )
+    zs = sub.add_parser("zeroshot", help="format-valid rate of a model's first answers, per env")
+    zs.add_argument("--envs", nargs="*", default=["bandit", "sokoban", "frozenlake"])
+    zs.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
+    zs.add_argument("--n", type=int, default=64, help="validation states, one answer each")
+    zs.add_argument("--temperature", type=float, default=1.0)
+    zs.add_argument("--max-new-tokens", type=int, default=400, help="RAGEN: 400 (Bandit 500)")
+    zs.add_argument("--batch", type=int, default=64, help="states generated for at once")
+    zs.add_argument("--seed", type=int, default=0, help="sampling seed")
+    zs.add_argument("--no-think", action="store_true", help="no-think mode: <answer> only")
+    zs.add_argument("--compare", action="store_true", help="also without the prefill, same states and seed")
     args = parser.parse_args(argv)
-    return {"demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot}[args.command](args)
+    commands = {
+        "demo": _demo,
+        "run": _run,
+        "bench": _bench,
+        "warmup": _warmup,
+        "plot": _plot,
+        "zeroshot": _zeroshot,
+    }
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":
