@@ -14,32 +14,40 @@
 # ---
 
 # %% [markdown]
-# # 00 · The environments, their experts, and the prompt the model sees
+# # 00 · The environments, their floor and ceiling, and the prompt the model sees
 #
-# Every env rendered at reset, its scripted expert solving one episode, the exact chat the
-# model receives, and one multi-turn rollout of the model (the embedded SmolLM2-135M-Instruct
-# outside the smoke profile). Zero-shot the embedded model answers in the
-# `<think>…</think><answer>…</answer>` format about once in 16 tries, so expect format penalties.
+# Every env rendered at reset and its scripted expert solving one episode; per env, the success
+# of a uniformly random policy (the floor) and of the expert within the action budget (the
+# ceiling), against which every later success curve is read; the difficulty of the Sokoban
+# levels; the exact chat the model receives (RAGEN's prompt, ending with the `<think>` prefill);
+# and one multi-turn rollout of the model (the embedded SmolLM2-135M-Instruct outside the smoke
+# profile). The envs and prompts follow RAGEN's released code (commit 385bc30); every difference
+# is listed in `docs/FIDELITY.md`.
 
 # %% tags=["parameters"]
 profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
 seed = 0
+reference_states = 256  # validation states the floor and ceiling are computed on
 
 # %%
-from ragen_lib import experiments, models
+import numpy as np
+import pandas as pd
+
+from ragen_lib import baselines, experiments, models, seeds
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.rollout import Episode, collect
 
 profile = profile or experiments.default_profile()
 model_name = experiments.load_profile(profile)["overrides"].get("model.name")
+ENVS = ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvocab", "frozenlake", "webshop"]
 
 # %% [markdown]
 # ## Each env at reset, and its expert playing one episode
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for name in ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvocab", "frozenlake", "webshop"]:
+for name in ENVS:
     env = make(name)
     obs, _ = env.reset(seed=seed)
     total, steps, done = 0.0, [], False
@@ -51,13 +59,58 @@ for name in ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvoc
     print(f"== {name}: expert {' '.join(steps)} -> reward {total:+.2f}, success {info['success']}")
 
 # %% [markdown]
-# ## The prompt of the first turn (Sokoban), through the tokenizer's chat template
+# ## Floor and ceiling: random policy and expert within the action budget
+#
+# Exact where it can be (Sokoban: the probability that uniformly random actions solve the level
+# within the budget, and whether the shortest solution fits it; FrozenLake: dynamic programming
+# with the slips for a random and the optimal policy; Bandit: one arm in two), Monte Carlo for
+# WebShop-lite. `ragen_lib.baselines.reference_success(env)` returns these numbers, so figures can
+# draw them as reference lines. RAGEN's own generators give, on seeds 0..999: Sokoban 0.179 /
+# 0.998, LargerSokoban 0.026 / 0.991, SokobanDifferentGridVocab 0.180 / 0.999, FrozenLake 0.215 /
+# 0.499 (random / expert; `docs/FIDELITY.md`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rows = []
+for name in ENVS:
+    ref = baselines.reference_success(name, n=reference_states)
+    rows.append(
+        {
+            "env": name,
+            "actions": ref["actions"],
+            "random": f"{ref['random']:.3f} ± {ref['random_se']:.3f}",
+            "expert": f"{ref['expert']:.3f} ± {ref['expert_se']:.3f}",
+            "random policy": ref["random_method"],
+        }
+    )
+print(pd.DataFrame(rows).to_string(index=False))
+
+# %% [markdown]
+# ## How hard the Sokoban levels are: shortest solutions
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name in ["sokoban", "sokoban-large", "sokoban-newvocab"]:
+    lengths = np.array(baselines.shortest_solutions(name, seeds.val_seeds(name, reference_states)))
+    counts = np.bincount(lengths, minlength=13)[1:13]
+    print(
+        f"{name:17s} mean {lengths.mean():.2f} ± {lengths.std(ddof=1) / np.sqrt(len(lengths)):.2f}, "
+        f"moves 1..12: {' '.join(map(str, counts))}"
+    )
+
+# %% [markdown]
+# ## The prompt of the first turn, through the tokenizer's chat template
+#
+# The generation prompt ends with `<think>`: the model continues inside the reasoning block, and
+# the rollout puts `<think>` back in front of its text before parsing (as RAGEN does). Bandit has
+# no separate instructions: the game is the state.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 model, tok = models.load(model_name)
-episode = Episode(make("sokoban"), seed, RolloutConfig())
-print(tok.apply_chat_template(episode.messages, tokenize=False, add_generation_prompt=True))
+for name in ["sokoban", "bandit"]:
+    print(f"===== {name}")
+    print(Episode(make(name), seed, RolloutConfig()).generation_prompt(tok))
 
 # %% [markdown]
 # ## One multi-turn rollout of the model

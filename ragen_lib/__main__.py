@@ -9,6 +9,7 @@ python -m ragen_lib doctor [--device cpu|cuda] [--out outputs/gpu-check]   machi
 python -m ragen_lib bundle DEST [--part-mb 60] [--python 3.12 ...]   offline bundle (make offline-bundle)
 python -m ragen_lib plan PROFILE [--root DIR] [--finding NAME ...]   runs, steps and disk of a profile
 python -m ragen_lib repair RUN_DIR [...]                        make a run consistent (moves, never deletes)
+python -m ragen_lib zeroshot [--envs sokoban ...] [--n 64] [--compare]   format-valid rate of first answers
 
 Errors a user can act on (a locked, inconsistent or diverged run, a full disk, a bad config) are
 printed as one message saying what to do, with exit status 2.
@@ -110,6 +111,54 @@ def _warmup(args) -> int:
             }
         )
     )
+    return 0
+
+
+def _zeroshot(args) -> int:
+    """First answers of a model on each env's validation states, one per state: the format-valid
+    rate (binomial standard error), success, and how many answers ran into the token cap. With
+    --compare, the same states and sampling seed again without the `<think>` prefill."""
+    import json
+    import math
+    import time
+
+    from ragen_lib import models, seeds
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.rollout import collect
+
+    model, tok = models.load(args.model)
+    for env in args.envs:
+        states = seeds.val_seeds(env, args.n)
+        for prefill in (True, False) if args.compare else (True,):
+            cfg = RolloutConfig(
+                max_turns=1,
+                temperature=args.temperature,
+                max_new_tokens=args.max_new_tokens,
+                enable_think=not args.no_think,
+                prefill=prefill,
+            )
+            t0 = time.perf_counter()
+            valid, success, tokens = [], [], []
+            for i in range(0, len(states), args.batch):
+                b = collect(model, tok, env, states[i : i + args.batch], 1, cfg, sample_seed=args.seed + i)
+                valid += [ep[0] for ep in b.turn_format_valid]
+                success += b.success.tolist()
+                tokens += b.loss_mask.sum(1).int().tolist()  # one turn: the tokens generated
+            n, p = len(valid), sum(valid) / len(valid)
+            row = {
+                "env": env,
+                "prefill": prefill,
+                "n": n,
+                "format_valid": round(p, 4),
+                "format_valid_se": round(math.sqrt(p * (1 - p) / n), 4),
+                "success": round(sum(success) / n, 4),
+                "hit_token_cap": sum(t >= args.max_new_tokens for t in tokens),
+                "mean_tokens": round(sum(tokens) / n, 1),
+                "max_new_tokens": args.max_new_tokens,
+                "temperature": args.temperature,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            print(json.dumps(row), flush=True)
     return 0
 
 
@@ -264,10 +313,20 @@ def main(argv: list[str] | None = None) -> int:
         "repair", help="make run folders consistent again (moves files aside, never deletes)"
     )
     repair.add_argument("runs", nargs="+", help="run folders (<root>/runs/<finding>/<run>)")
+    zs = sub.add_parser("zeroshot", help="format-valid rate of a model's first answers, per env")
+    zs.add_argument("--envs", nargs="*", default=["bandit", "sokoban", "frozenlake"])
+    zs.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
+    zs.add_argument("--n", type=int, default=64, help="validation states, one answer each")
+    zs.add_argument("--temperature", type=float, default=1.0)
+    zs.add_argument("--max-new-tokens", type=int, default=400, help="RAGEN: 400 (Bandit 500)")
+    zs.add_argument("--batch", type=int, default=64, help="states generated for at once")
+    zs.add_argument("--seed", type=int, default=0, help="sampling seed")
+    zs.add_argument("--no-think", action="store_true", help="no-think mode: <answer> only")
+    zs.add_argument("--compare", action="store_true", help="also without the prefill, same states and seed")
     args = parser.parse_args(argv)
     commands = {
         "demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot, "plan": _plan,
-        "repair": _repair, "doctor": _doctor, "bundle": _bundle,
+        "repair": _repair, "doctor": _doctor, "bundle": _bundle, "zeroshot": _zeroshot,
     }  # fmt: skip
     try:
         return commands[args.command](args)

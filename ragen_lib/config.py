@@ -47,6 +47,15 @@ class RolloutConfig:
     """End a turn's generation at `</answer>` rather than running to EOS or the token limit."""
     enable_think: bool = True
     """`<think>…</think><answer>…</answer>` when True; `<answer>…</answer>` only (no-think) when False."""
+    prefill: bool = True
+    """End the generation prompt with `<think>` (no-think: `<answer>`) and put it back in front of
+    the response before parsing, as RAGEN does (ctx_manager.py:239-243, 299). A prompt token:
+    never sampled, outside the loss mask. False: the model must open the tag itself."""
+    prompt_per_turn_limit: bool = False
+    """Also tell the model the per-turn action limit (RAGEN shows only the episode budget, so
+    extra actions are cut silently)."""
+    max_response_words: int = 100
+    """The word limit the prompt states (RAGEN's `max_tokens: 100`; shown, never enforced)."""
     format_penalty: float = -0.1
     """Added to a turn's reward when its answer is malformed or has an invalid action (RAGEN: -0.1)."""
     format_reward: float = 0.0

@@ -4,7 +4,9 @@ Two layers:
 - `Episode`: the text protocol for one env (prompt, parse, step the env, budgets, penalty).
   Model-free, so tests can drive it with hand-written responses.
 - `collect`: the token level. Each episode keeps its token ids and a loss mask that is 1 exactly
-  on the tokens the model generated; every live episode is generated for in one batch per turn.
+  on the tokens the model generated (the `<think>` prefill is a prompt token); every live episode
+  is generated for in one batch per turn. Training sees the sampled tokens as sampled; RAGEN
+  re-renders a cleaned reply and re-tokenises it (docs/FIDELITY.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.envs.base import TextEnv
 from ragen_lib.generation import StopOnText, generate
-from ragen_lib.prompting import SYSTEM_PROMPT, ParsedTurn, first_user_message, parse_response, turn_prompt
+from ragen_lib.prompting import (
+    PREFILL,
+    SYSTEM_PROMPT,
+    ParsedTurn,
+    first_user_message,
+    parse_response,
+    turn_prompt,
+)
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -39,9 +48,9 @@ def consistency_bonus(think: str, actions: list[str], max_bonus: float = 0.2) ->
 
 @dataclass
 class TurnRecord:
-    response: str
+    response: str  # the whole response as parsed: the prefill, then the model's text
     parsed: ParsedTurn
-    env_reward: float  # summed over the actions executed this turn
+    env_reward: float  # summed over the actions executed this turn (RAGEN's `acc_reward`)
     penalty: float  # format term: RolloutConfig.format_reward if well-formed, else .format_penalty
     executed: list[str]
 
@@ -60,6 +69,10 @@ class Episode:
     `terminated`: the env ended the episode (goal, hole, purchase, arm pulled).
     `truncated`: a turn, action or context budget ran out first. Only a terminated episode
     can be a success (RAGEN: success requires the episode to end on its own).
+
+    `step` takes the model's continuation of the generation prompt; with `cfg.prefill` that
+    prompt ended with `prefill` (`<think>` or `<answer>`), which is put back in front of the
+    text before parsing, as RAGEN does.
     """
 
     def __init__(self, env: TextEnv, seed: int, cfg: RolloutConfig | None = None):
@@ -69,9 +82,17 @@ class Episode:
         self.max_turns = cfg.max_turns or env.max_turns
         self.per_turn = cfg.max_actions_per_turn or env.max_actions_per_turn
         self.actions_left = cfg.max_actions_per_episode or env.max_actions_per_episode
+        self.prefill = PREFILL[cfg.enable_think] if cfg.prefill else ""
         self.turns: list[TurnRecord] = []
         self.terminated = self.truncated = self.success = False
-        first = first_user_message(env, self.observation, self.actions_left, enable_think=cfg.enable_think)
+        first = first_user_message(
+            env,
+            self.observation,
+            self.actions_left,
+            enable_think=cfg.enable_think,
+            per_turn=self.per_turn if cfg.prompt_per_turn_limit else None,
+            max_words=cfg.max_response_words,
+        )
         self.messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": first}]
 
     @property
@@ -82,17 +103,26 @@ class Episode:
     def total_reward(self) -> float:
         return sum(t.reward for t in self.turns)
 
-    def step(self, response: str) -> str | None:
-        """Apply one model response; returns the next user message, or None when done."""
+    def generation_prompt(self, tokenizer) -> str:
+        """The text the model continues: the chat so far in the tokenizer's template, the
+        assistant header, then the prefill."""
+        chat = tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
+        return chat + self.prefill
+
+    def step(self, continuation: str) -> str | None:
+        """Apply the model's continuation; returns the next user message, or None when done."""
         if self.done:
             raise RuntimeError("episode is over; start a new Episode")
+        response = self.prefill + continuation
         parsed = parse_response(
             response,
             self.env,
-            max_actions=min(self.per_turn, self.actions_left),
+            max_actions_per_turn=self.per_turn,
+            actions_left=self.actions_left,
             enable_think=self.cfg.enable_think,
         )
-        env_reward, executed = 0.0, []
+        # RAGEN sums from the int 0, so a turn that ran nothing shows the model "Reward:\n0".
+        env_reward, executed = 0, []
         for action in parsed.actions:
             self.observation, r, terminated, truncated, info = self.env.step(action)
             env_reward += r
@@ -109,12 +139,15 @@ class Episode:
             self.truncated = True
         if self.done:
             return None
+        # The model is shown the env reward only; the format penalty goes into the trajectory
+        # reward it is trained on, never into its prompt (RAGEN es_manager.py:157-158).
         nxt = turn_prompt(
             len(self.turns) + 1,
             self.observation,
             self.actions_left,
             enable_think=self.cfg.enable_think,
-            reward=self.turns[-1].reward,
+            reward=env_reward,
+            max_words=self.cfg.max_response_words,
         )
         self.messages.append({"role": "user", "content": nxt})
         return nxt
@@ -224,15 +257,8 @@ def collect(
     episodes = [
         Episode(make(env_name, **(env_kwargs or {})), seed, cfg) for seed in seeds for _ in range(group_size)
     ]
-    tracks = [
-        _TokenTrack(
-            _encode(
-                tokenizer,
-                tokenizer.apply_chat_template(e.messages, tokenize=False, add_generation_prompt=True),
-            )
-        )
-        for e in episodes
-    ]
+    # The prefill (`<think>`) ends each prompt: a prompt token, outside the loss mask.
+    tracks = [_TokenTrack(_encode(tokenizer, e.generation_prompt(tokenizer))) for e in episodes]
     responses: list[list[str]] = [[] for _ in episodes]
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(sample_seed)
@@ -265,7 +291,7 @@ def collect(
             tracks[i].extend(gen, generated=True)
             if episodes[i].step(text) is not None:
                 suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
-                tracks[i].extend(_encode(tokenizer, suffix), generated=False)
+                tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
 
     return _to_batch(
         episodes, tracks, responses, group_size, pad, _system_turn_length(tokenizer, episodes[0])

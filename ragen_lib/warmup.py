@@ -127,10 +127,11 @@ def expert_dataset(tok, cfg: Config, states: list[int], random_actions: bool = F
                 if cfg.rollout.enable_think
                 else f"<answer>{answer}</answer>"
             )
-            prompt = tok.apply_chat_template(ep.messages, tokenize=False, add_generation_prompt=True)
+            # The rollout's prompt ends with the prefill (`<think>`): the model learns what follows it.
+            text = text.removeprefix(ep.prefill)
             rows.append(
                 {
-                    "prompt_ids": tok(prompt, add_special_tokens=False)["input_ids"],
+                    "prompt_ids": tok(ep.generation_prompt(tok), add_special_tokens=False)["input_ids"],
                     "response_ids": tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id],
                 }
             )

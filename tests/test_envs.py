@@ -105,8 +105,8 @@ def test_sokoban_large_two_boxes_solved():
 def test_sokoban_newvocab_uses_only_its_symbols():
     env = make("sokoban-newvocab")
     obs, _ = env.reset(seed=1)
-    assert set(obs.replace("\n", "")) <= set("B.T*CA@")
-    assert "B Wall" in env.instructions
+    assert set(obs.replace("\n", "")) <= set("W.GCBA@")
+    assert env.legend.startswith("W: wall")
 
 
 # --- FrozenLake ----------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_bandit_payouts_and_success():
     high = [env.step("Dragon")[1] for _ in range(4000)]
     assert np.mean(high) == pytest.approx(0.25, abs=0.03) and set(high) == {0.0, 1.0}
     _, r, term, _, info = env.step("Phoenix")
-    assert r == 0.15 and term and not info["success"]
+    assert r == 0.1 and term and not info["success"]
     assert env.step("Dragon")[4]["success"]
 
 
@@ -199,7 +199,7 @@ def test_bandit_variants(variant, high):
     env.reset(seed=0)
     assert env.expert_action() == high
     assert env.parse_action(high.lower()) == high
-    assert high in env.instructions
+    assert high in env.render()
 
 
 def test_bandit_names_must_differ():

@@ -1,9 +1,14 @@
-"""FrozenLake: rules on hand-made boards, slip statistics, map generation and the expert."""
+"""FrozenLake: rules on hand-made boards, slips, RAGEN's maps, the expert and the exact floor/ceiling."""
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ragen_lib.envs.frozenlake import PERPENDICULAR, FrozenLakeEnv
+
+REFERENCE = json.loads((Path(__file__).parent / "data" / "ragen_385bc30_reference.json").read_text())
 
 N_SEEDS = 300
 
@@ -73,28 +78,99 @@ def test_not_slippery_always_moves_as_intended():
 
 
 def test_slippery_note_only_when_slippery():
-    assert "slippery" in FrozenLakeEnv().instructions
+    assert "slippery ice" in FrozenLakeEnv().instructions
     assert "slippery" not in FrozenLakeEnv(is_slippery=False).instructions
-    assert "X You in a hole" in FrozenLakeEnv(is_slippery=False).instructions
+    assert FrozenLakeEnv().instructions.endswith("<answer>Left || Up</answer>")
+    assert (
+        FrozenLakeEnv().legend
+        == "P: player, _: empty, O: hole, G: goal, X: player in hole, √: player on goal"
+    )
 
 
-def test_every_generated_map_has_a_path():
+def _reachable(rows):
+    """Independent check: flood fill from the player over non-hole tiles."""
+    n = len(rows)
+    start = next((r, c) for r in range(n) for c in range(n) if rows[r][c] == "P")
+    seen, todo = {start}, [start]
+    while todo:
+        r, c = todo.pop()
+        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if 0 <= nr < n and 0 <= nc < n and (nr, nc) not in seen and rows[nr][nc] != "O":
+                seen.add((nr, nc))
+                todo.append((nr, nc))
+    return seen
+
+
+@pytest.mark.parametrize("layout", ["random", "corner"])
+def test_every_generated_map_has_a_path(layout):
     for seed in range(N_SEEDS):
-        env = FrozenLakeEnv()
+        env = FrozenLakeEnv(layout=layout)
         obs, info = env.reset(seed=seed)
         rows = obs.splitlines()
         assert len(rows) == 4 and all(len(r) == 4 for r in rows) and not info["success"]
-        assert rows[0][0] == "P" and rows[-1][-1] == "G"
+        assert obs.count("P") == 1 and obs.count("G") == 1
+        if layout == "corner":
+            assert rows[0][0] == "P" and rows[-1][-1] == "G"
         assert env.optimal_success_probability() > 0, f"seed {seed}"
-        # Independent check: flood fill over non-hole tiles reaches the goal.
-        seen, todo = {(0, 0)}, [(0, 0)]
-        while todo:
-            r, c = todo.pop()
-            for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
-                if 0 <= nr < 4 and 0 <= nc < 4 and (nr, nc) not in seen and rows[nr][nc] != "O":
-                    seen.add((nr, nc))
-                    todo.append((nr, nc))
-        assert (3, 3) in seen, f"seed {seed}:\n{obs}"
+        goal = next((r, c) for r in range(4) for c in range(4) if rows[r][c] == "G")
+        assert goal in _reachable(rows), f"seed {seed}:\n{obs}"
+
+
+def test_random_layout_draws_start_and_goal_anywhere():
+    starts, goals = set(), set()
+    for seed in range(N_SEEDS):
+        env = FrozenLakeEnv()
+        env.reset(seed=seed)
+        starts.add(env.pos)
+        goals.add(tuple(int(x) for x in np.argwhere(env.grid == "G")[0]))
+    assert len(starts) == 16 and len(goals) == 16
+
+
+def test_maps_are_ragens_maps_for_the_same_seed():
+    """RAGEN 385bc30's generate_random_map for seeds 0..199 (tests/data): S marks the start, F
+    frozen, H holes. Our map of a seed is the same map, tile for tile."""
+    for seed, desc in enumerate(REFERENCE["frozenlake_maps"]):
+        want = desc.replace("S", "P").replace("F", "_").replace("H", "O")
+        assert FrozenLakeEnv().reset(seed=seed)[0] == want, f"seed {seed}"
+
+
+def test_slips_are_gymnasiums_for_the_same_seed():
+    """Gymnasium's rule, written out here: after one draw for the start state, each step draws u
+    and moves (a - 1) % 4 if u < 1/3, a if u < 2/3, else (a + 1) % 4 (actions Left, Down, Right,
+    Up = 0..3), from a generator seeded with the episode's seed."""
+    order = ["Left", "Down", "Right", "Up"]
+    plan = ["Right", "Down", "Left", "Up", "Down", "Right"] * 2
+    for seed in range(30):
+        env = FrozenLakeEnv(layout="corner", p_frozen=1.0)  # no holes: every step is taken
+        env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        rng.random()
+        for action in plan:
+            a, u = order.index(action), rng.random()
+            want = order[(a - 1) % 4] if u < 1 / 3 else action if u < 2 / 3 else order[(a + 1) % 4]
+            _, _, term, _, info = env.step(action)
+            assert info["actual"] == want, (seed, action)
+            if term:
+                break
+
+
+def test_success_probability_hand_worked():
+    # From P, one move. Without slips: only Right reaches G, so best 1 and random 1/4.
+    # With slips: Right reaches G w.p. 1/3 (intended); Down and Up w.p. 1/3 (slipping Right);
+    # Left never (its slips are Up and Down). Best 1/3; random (0 + 1/3 + 1/3 + 1/3) / 4 = 1/4.
+    still = FrozenLakeEnv.from_text("PG\n__", is_slippery=False)
+    assert still.success_probability(1, "best") == pytest.approx(1.0)
+    assert still.success_probability(1, "random") == pytest.approx(0.25)
+    slippery = FrozenLakeEnv.from_text("PG\n__")
+    assert slippery.success_probability(1, "best") == pytest.approx(1 / 3)
+    assert slippery.success_probability(1, "random") == pytest.approx(1 / 4)
+    assert slippery.success_probability(0, "best") == 0.0
+    # More moves never hurt, and the best policy is never worse than the random one.
+    values = [slippery.success_probability(k, p) for k in range(6) for p in ("random", "best")]
+    assert all(b >= r for r, b in zip(values[::2], values[1::2]))
+    assert values[::2] == sorted(values[::2]) and values[1::2] == sorted(values[1::2])
+    with pytest.raises(ValueError, match="policy"):
+        slippery.success_probability(1, "greedy")
 
 
 def test_maps_vary_with_the_seed():
@@ -172,6 +248,7 @@ def test_unknown_action_lists_the_valid_ones():
         ({"slip_prob": -0.1}, "slip_prob"),
         ({"slip_prob": 2}, "slip_prob"),
         ({"max_steps": 0}, "max_steps"),
+        ({"layout": "diagonal"}, "layout"),
     ],
 )
 def test_bad_arguments(kwargs, field):

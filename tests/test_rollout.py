@@ -55,6 +55,20 @@ def test_the_mask_holds_generated_tokens_of_every_turn_and_no_prompt_token(tiny)
         if m["role"] == "user":
             assert m["content"] in prompt_text
     assert mask.sum() == 3 * 8  # no stop string: each of the 3 turns generates its 8 tokens
+    # Each turn's generated tokens follow the `<think>` prefill, which is a prompt token.
+    starts = [j for j in range(1, len(mask)) if mask[j] and not mask[j - 1]]
+    assert len(starts) == 3 and mask[0] == 0
+    for j in starts:
+        assert tok.decode(ids[:j]).endswith("<|im_start|>assistant\n<think>")
+    assert all(m["content"].startswith("<think>") for m in batch.messages[0] if m["role"] == "assistant")
+
+
+def test_without_prefill_the_model_starts_the_reply(tiny):
+    model, tok = tiny
+    cfg = RolloutConfig(max_new_tokens=4, max_turns=1, prefill=False)
+    batch = collect(model, tok, "bandit", seeds=[0], group_size=1, cfg=cfg, sample_seed=1)
+    first = int(batch.loss_mask[0].nonzero()[0])
+    assert tok.decode(batch.input_ids[0, :first]).endswith("<|im_start|>assistant\n")
 
 
 def test_same_seed_same_batch_and_greedy_ignores_the_seed(tiny):
@@ -100,7 +114,7 @@ def test_expert_answers_through_the_text_protocol(env_name):
         env = make(env_name, **({"is_slippery": False} if env_name == "frozenlake" else {}))
         ep = Episode(env, seed=seed, cfg=RolloutConfig(max_turns=10, max_actions_per_episode=40))
         while not ep.done:
-            ep.step(f"<think>the expert knows</think><answer>{env.expert_action()}</answer>")
+            ep.step(f"the expert knows</think><answer>{env.expert_action()}</answer>")
         assert all(t.parsed.format_valid for t in ep.turns)
         wins += ep.success
     assert wins == 10

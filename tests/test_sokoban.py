@@ -1,8 +1,17 @@
-"""Sokoban: rules on hand-made boards, generation, determinism, and the BFS expert."""
+"""Sokoban: rules on hand-made boards, RAGEN's generator, determinism, and the BFS expert."""
 
+import json
+import time
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from ragen_lib.envs.sokoban import SYMBOLS, SokobanEnv
+from ragen_lib.envs import make
+from ragen_lib.envs.sokoban import SYMBOLS, SokobanEnv, _reverse_search
+
+VARIANTS = ("sokoban", "sokoban-large", "sokoban-newvocab")
+REFERENCE = json.loads((Path(__file__).parent / "data" / "ragen_385bc30_reference.json").read_text())
 
 
 def play_expert(env, limit=None):
@@ -100,62 +109,121 @@ def test_bad_arguments_raise():
         SokobanEnv(dim_room=(3, 6))
     with pytest.raises(ValueError, match="num_boxes"):
         SokobanEnv(num_boxes=0)
+    with pytest.raises(ValueError, match="search_depth"):
+        SokobanEnv(search_depth=2)
+    with pytest.raises(ValueError, match="legend"):
+        SokobanEnv(legend="mine")
 
 
-def test_instructions_carry_the_legend():
+def test_instructions_legend_and_example_answer():
+    env = SokobanEnv()
+    assert env.instructions.endswith("like <answer>Right || Right || Up</answer>")
     assert (
-        "Symbols: # Wall | _ Empty | O Target | √ Box on target | X Box | P You | S You on target"
-        in SokobanEnv().instructions
+        env.legend == "#: wall, _: empty, O: target, √: box on target, X: box, P: player, S: player on target"
     )
-    assert "B Wall" in SokobanEnv(symbols="newvocab").instructions
+    # The other vocabulary's legend names the symbols its board uses ...
+    new = make("sokoban-newvocab")
+    assert (
+        new.legend == "W: wall, .: empty, G: target, C: box on target, B: box, A: player, @: player on target"
+    )
+    # ... unless RAGEN's prompt is wanted, which shows the default legend whatever the board.
+    assert make("sokoban-newvocab", legend="ragen").legend == env.legend
+
+
+def test_registered_variants_carry_ragens_search_depths():
+    assert [make(v).search_depth for v in VARIANTS] == [300, 10, 30]
+    assert make("sokoban").num_gen_steps == 20 and make("sokoban-large").num_gen_steps == 27
 
 
 # --- generation ------------------------------------------------------------------------------
 def test_generation_is_deterministic_given_the_seed():
-    env = SokobanEnv()
-    assert env.reset(seed=7)[0] == SokobanEnv().reset(seed=7)[0]
-    renders = {SokobanEnv().reset(seed=s)[0] for s in range(20)}
-    assert len(renders) >= 15
+    for name in VARIANTS:
+        assert make(name).reset(seed=7)[0] == make(name).reset(seed=7)[0]
+        assert len({make(name).reset(seed=s)[0] for s in range(20)}) >= 15
 
 
-def test_generated_levels_are_unsolved_and_well_formed():
-    for seed in range(50):
-        env = SokobanEnv(dim_room=(8, 8), num_boxes=2)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_generated_levels_are_well_formed_and_start_unsolved(name):
+    for seed in range(60):
+        env = make(name)
         obs, info = env.reset(seed=seed)
-        rows = obs.splitlines()
-        assert info == {"success": False} and len(rows) == 8 and all(len(r) == 8 for r in rows)
-        assert rows[0] == rows[-1] == "#" * 8 and all(r[0] == r[-1] == "#" for r in rows)
-        assert len(env.boxes) == len(env.targets) == 2 and not env.boxes <= env.targets
-        assert sum(r.count("P") + r.count("S") for r in rows) == 1
+        rows, (r, c) = obs.splitlines(), env.dim_room
+        ch = env.chars
+        assert info == {"success": False} and len(rows) == r and all(len(row) == c for row in rows)
+        assert rows[0] == rows[-1] == ch[0] * c and all(row[0] == row[-1] == ch[0] for row in rows)
+        assert len(env.boxes) == len(env.targets) == env.num_boxes
+        assert not env.boxes & env.targets  # RAGEN's search keeps no box on a target
+        assert sum(row.count(ch[5]) + row.count(ch[6]) for row in rows) == 1
+        assert set(obs.replace("\n", "")) <= set(ch)
 
 
-def test_newvocab_render_uses_only_newvocab_symbols():
-    env = SokobanEnv(symbols="newvocab")
+def test_newvocab_board_uses_ragens_other_symbols():
+    assert SYMBOLS["newvocab"] == "W.GCBA@"  # wall, empty, target, box on target, box, player, on target
+    env = make("sokoban-newvocab")
     for seed in range(10):
         obs, _ = env.reset(seed=seed)
-        assert set(obs.replace("\n", "")) <= set(SYMBOLS["newvocab"])
-        assert "A" in obs or "@" in obs
-    board = "BBBBB\nBAC.B\nB..TB\nBBBBB"
+        assert set(obs.replace("\n", "")) <= set("W.GCBA@") and ("A" in obs or "@" in obs)
+    board = "WWWWW\nWAB.W\nW..GW\nWWWWW"
     assert SokobanEnv.from_text(board, symbols="newvocab").render() == board
 
 
+def test_reverse_search_hand_worked_corridor():
+    # Corridor (1,1)..(1,5); the box starts on its target (1,2), the player at (1,3). Up and Down
+    # hit walls, Left hits the box; Right steps to (1,4) dragging the box to (1,3) (score 1 swap
+    # x distance 1), then again to (1,5) with the box at (1,4) (score 2). Nothing else is reachable.
+    walls = np.ones((3, 7), dtype=bool)
+    walls[1, 1:6] = False
+    assert _reverse_search(walls, ((1, 2),), (1, 3), 300) == ((1, 5), ((1, 4),), 2)
+    # search_depth 3 allows one reverse move: the state two moves deep is never scored.
+    assert _reverse_search(walls, ((1, 2),), (1, 3), 3) == ((1, 4), ((1, 3),), 1)
+    # A player that cannot move: no box leaves its target, no level.
+    assert _reverse_search(walls, ((1, 2),), (1, 1), 300) is None
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_difficulty_matches_ragens_generator(name):
+    """Shortest solutions of seeds 0..199, ours vs RAGEN 385bc30's generator on its seeds 0..199
+    (tests/data): the same distribution, not the same levels (RAGEN draws from Python's random).
+    The bounds are 3 standard errors of the difference of two independent samples of 200."""
+    ours = np.array(_shortest(name))
+    ragen = np.array(REFERENCE["sokoban_shortest"][name])
+    se = np.sqrt(ours.var(ddof=1) / len(ours) + ragen.var(ddof=1) / len(ragen))
+    assert abs(ours.mean() - ragen.mean()) < 3 * se, (ours.mean(), ragen.mean(), se)
+    for short in (1, 2, 4):  # the share of levels solved in at most `short` moves
+        p, q = np.mean(ours <= short), np.mean(ragen <= short)
+        se = np.sqrt(p * (1 - p) / len(ours) + q * (1 - q) / len(ragen))
+        assert abs(p - q) < 3 * max(se, 0.01), (short, p, q)
+
+
+def _shortest(name, n=200):
+    out = []
+    for seed in range(n):
+        env = make(name)
+        env.reset(seed=seed)
+        out.append(len(env.solve()))
+    return out
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_128_resets_cost_little_next_to_a_rollout(name):
+    # A rollout of 128 episodes generates for seconds; 128 resets take ~0.1 s here (the 80x
+    # margin is for loaded machines).
+    env = make(name)
+    t0 = time.perf_counter()
+    for seed in range(1000, 1128):
+        env.reset(seed=seed)
+    assert time.perf_counter() - t0 < 8.0
+
+
 # --- the expert ------------------------------------------------------------------------------
-def test_expert_solves_200_levels():
+@pytest.mark.parametrize("name", VARIANTS)
+def test_expert_solves_200_levels_of_every_variant(name):
     for seed in range(200):
-        env = SokobanEnv()
+        env = make(name)
         env.reset(seed=seed)
         rewards, term, info = play_expert(env)
-        assert term and info["success"], f"seed {seed}"
-        assert len(rewards) <= env.max_steps
+        assert term and info["success"], f"{name} seed {seed}"
         assert rewards[-1] >= -0.1 + 10 - 1e-9  # the final step pays the solve bonus
-
-
-def test_expert_solves_20_large_two_box_levels():
-    for seed in range(20):
-        env = SokobanEnv(dim_room=(8, 8), num_boxes=2)
-        env.reset(seed=seed)
-        rewards, term, info = play_expert(env)
-        assert term and info["success"], f"seed {seed}"
 
 
 def test_expert_plan_is_shortest_and_replans_after_a_detour():

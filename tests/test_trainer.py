@@ -157,7 +157,9 @@ def test_expert_dataset_turns_are_well_formed():
     data = warmup.expert_dataset(tok, cfg, [0, 1])
     assert len(data) >= 2 and set(data.column_names) == {"prompt_ids", "response_ids"}
     text = tok.decode(data[0]["response_ids"])
-    assert text.startswith("<think>") and "</answer>" in text
+    # The rollout's prompt ends with the <think> prefill, so the BC target is what follows it.
+    assert tok.decode(data[0]["prompt_ids"]).endswith("<|im_start|>assistant\n<think>")
+    assert not text.startswith("<think>") and "</think><answer>" in text and "</answer>" in text
 
 
 def test_format_dataset_has_random_valid_actions():

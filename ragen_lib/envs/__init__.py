@@ -17,10 +17,12 @@ from ragen_lib.envs.webshop import WebShopEnv
 
 REGISTRY: dict[str, tuple[type[TextEnv], dict]] = {
     **{name: (BanditEnv, kw) for name, kw in _BANDIT_VARIANTS.items()},
+    # RAGEN's SimpleSokoban (search_depth 300: the default) and the paper's generalisation
+    # variants, LargerSokoban and SokobanDifferentGridVocab, with RAGEN's per-variant search depth
+    # (config/envs.yaml:13-37).
     "sokoban": (SokobanEnv, {}),
-    # The paper's generalisation variants (Table 2 columns, Sec. 4.3).
-    "sokoban-large": (SokobanEnv, {"dim_room": (8, 8), "num_boxes": 2}),
-    "sokoban-newvocab": (SokobanEnv, {"symbols": "newvocab"}),
+    "sokoban-large": (SokobanEnv, {"dim_room": (8, 8), "num_boxes": 2, "search_depth": 10}),
+    "sokoban-newvocab": (SokobanEnv, {"symbols": "newvocab", "search_depth": 30}),
     "frozenlake": (FrozenLakeEnv, {}),
     "webshop": (WebShopEnv, {}),
 }

@@ -17,7 +17,7 @@ class TextEnv:
     first, which reseeds `np_random`), `step`, `render` and `expert_action`; envs with free-form
     actions also set `action_help` and override `parse_action` and `random_action`. Everything the
     rest of the library asks of an env is declared here: the Gymnasium API, the text interface
-    (`instructions`, `actions` / `action_help`, `parse_action`), the budgets, the fixed evaluation
+    (`instructions`, `legend`, `actions` / `action_help`, `parse_action`), the budgets, the fixed evaluation
     states (`eval_seeds`), and the two scripted policies (`random_action`, `expert_action`).
     """
 
@@ -25,14 +25,20 @@ class TextEnv:
     name: str = "base"
     #: Canonical action names for envs with a fixed action set (empty for free-form actions).
     actions: tuple[str, ...] = ()
-    #: The task description and symbol legend shown once at the top of the first user turn.
+    #: The task description shown once at the top of the first user turn (RAGEN's
+    #: `env_instruction`, config/envs.yaml at 385bc30).
     instructions: str = ""
+    #: The symbol meanings, "sym: meaning, ..." ("" for none), shown after the instructions.
+    legend: str = ""
+    #: Whether the prompt lists `actions` and the per-trajectory budget. RAGEN lists them only for
+    #: envs whose config has an action lookup (Sokoban, FrozenLake), not for Bandit.
+    prompt_lists_actions: bool = True
     #: Actions the agent may take per turn and per trajectory (RAGEN's defaults per env).
     max_actions_per_turn: int = 5
     max_actions_per_episode: int = 10
     #: Turns (model responses) per episode; RAGEN uses 5 for the multi-turn envs, 1 for Bandit.
     max_turns: int = 5
-    #: Free-form actions only: their syntax as shown in the prompt (fixed action sets list `actions`).
+    #: Free-form actions only: their syntax, for error messages (the prompt's instructions say it).
     action_help: str = ""
 
     def __init__(self) -> None:

@@ -10,46 +10,42 @@ from ragen_lib.envs.base import TextEnv
 
 #: Action name -> (row, column) offset, in the order of `FrozenLakeEnv.actions` (Gymnasium's 0..3).
 MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
-#: Where a slip sends you: the two directions perpendicular to the intended one (never backwards).
-PERPENDICULAR = {
-    "Left": ("Up", "Down"),
-    "Down": ("Left", "Right"),
-    "Right": ("Up", "Down"),
-    "Up": ("Left", "Right"),
-}
+_ORDER = tuple(MOVES)
+#: Where a slip sends you: Gymnasium's (a - 1) % 4 and (a + 1) % 4, the two directions
+#: perpendicular to the intended one (never backwards), in that order.
+PERPENDICULAR = {a: (_ORDER[(i - 1) % 4], _ORDER[(i + 1) % 4]) for i, a in enumerate(_ORDER)}
 #: Tile and player symbols.
 FROZEN, HOLE, GOAL = "_", "O", "G"
 PLAYER, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "X", "√"
-LEGEND = "Symbols: P You | _ Frozen | O Hole | G Goal | X You in a hole | √ You on the goal"
-SLIPPERY_NOTE = " The ice is slippery: you may move perpendicular to your intended direction."
-
-
-def _instructions(is_slippery: bool) -> str:
-    # Telling the model about slips it will never see would mislead it.
-    return (
-        "You are walking on a frozen lake. Reach the goal G without falling into a hole O."
-        + (SLIPPERY_NOTE if is_slippery else "")
-        + "\n"
-        + LEGEND
-    )
-
-
+#: RAGEN's legend (frozen_lake/config.py:21-22).
+LEGEND = "P: player, _: empty, O: hole, G: goal, X: player in hole, √: player on goal"
+#: RAGEN's instruction (config/envs.yaml:84, its wording and typos kept: the model reads this text).
+INSTRUCTIONS = (
+    "You are solving the FrozenLake puzzle. Forbid the whole and go to the target.{slippery} Example "
+    "answer format: <think>To forbid the hole and go to the target, I should go left then go up."
+    "</think><answer>Left || Up</answer>"
+)
+SLIPPERY_NOTE = " You may move to the unintended direction due to the slippery ice."
+#: Where the player starts and the goal lies: RAGEN draws both (`generate_random_map`, frozen_lake/
+#: utils.py:25-47); "corner" is Gymnasium's fixed top-left start and bottom-right goal.
+LAYOUTS = ("random", "corner")
 #: Map draws before giving up; only an absurdly low `p_frozen` on a large map gets near it.
 MAX_GEN_TRIES = 10_000
 
 
 class FrozenLakeEnv(TextEnv):
-    """Walk from the top-left corner to the goal in the bottom-right corner without falling in a hole.
+    """Walk to the goal without falling in a hole.
 
     ## Actions
     Left, Down, Right, Up. A move into the border leaves you where you are (as Gymnasium).
-    On slippery ice the move actually made is the intended one with probability ``1 - slip_prob``
-    and each of the two perpendicular ones with ``slip_prob / 2`` (1/3 each with the default, as
-    Gymnasium); never the opposite one. ``info["intended"]`` and ``info["actual"]`` record both.
+    On slippery ice one uniform draw u picks the move actually made: the first perpendicular one
+    if u < ``slip_prob / 2``, the intended one if u < ``slip_prob / 2 + 1 - slip_prob``, else the
+    second perpendicular one (with the default 2/3: Gymnasium's 1/3 each, in its order); never the
+    opposite one. ``info["intended"]`` and ``info["actual"]`` record both.
 
     ## Observation
-    The map, one row per line, one character per tile: ``P`` you, ``_`` frozen, ``O`` hole,
-    ``G`` goal, ``X`` you in a hole, ``√`` you on the goal.
+    The map, one row per line, one character per tile: ``P`` player, ``_`` frozen (the start tile
+    too), ``O`` hole, ``G`` goal, ``X`` player in a hole, ``√`` player on the goal.
 
     ## Rewards
     `goal_reward` (1) on reaching the goal, 0 otherwise (no step or hole penalty, as Gymnasium).
@@ -58,14 +54,18 @@ class FrozenLakeEnv(TextEnv):
     Terminated on the goal (``info["success"]``) or in a hole; truncated after `max_steps` moves.
 
     ## Arguments
-    ``size=4`` (size x size map); ``p_frozen=0.8`` (each tile other than start and goal is frozen
-    with this probability, else a hole; maps are redrawn until a path exists); ``is_slippery=True``;
-    ``slip_prob=2/3``; ``goal_reward=1.0``; ``max_steps=100``.
+    ``size=4`` (size x size map); ``p_frozen=0.8`` (every tile is frozen with this probability,
+    else a hole, before the start and goal are written over it); ``layout="random"`` (RAGEN: start
+    and goal drawn uniformly at distinct tiles, the whole map redrawn until a path joins them) or
+    ``"corner"`` (start top-left, goal bottom-right); ``is_slippery=True``; ``slip_prob=2/3``;
+    ``goal_reward=1.0``; ``max_steps=100``. The map is a function of the seed: with
+    ``layout="random"`` the map of seed s is RAGEN's map of seed s, and so are the slips.
     """
 
     name = "frozenlake"
-    actions = ("Left", "Down", "Right", "Up")
-    instructions = _instructions(True)
+    actions = _ORDER
+    instructions = INSTRUCTIONS.format(slippery=SLIPPERY_NOTE)
+    legend = LEGEND
     max_turns = 5
     max_actions_per_turn = 5
     max_actions_per_episode = 10
@@ -74,6 +74,7 @@ class FrozenLakeEnv(TextEnv):
         self,
         size: int = 4,
         p_frozen: float = 0.8,
+        layout: str = "random",
         is_slippery: bool = True,
         slip_prob: float = 2 / 3,
         goal_reward: float = 1.0,
@@ -84,17 +85,17 @@ class FrozenLakeEnv(TextEnv):
             raise ValueError(f"size must be an integer >= 2, got {size!r}")
         if not 0 < p_frozen <= 1:
             raise ValueError(f"p_frozen must be in (0, 1], got {p_frozen}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if not 0 <= slip_prob <= 1:
             raise ValueError(f"slip_prob must be in [0, 1], got {slip_prob}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.size, self.p_frozen, self.is_slippery = int(size), float(p_frozen), bool(is_slippery)
-        self.slip_prob, self.goal_reward, self.max_steps = (
-            float(slip_prob),
-            float(goal_reward),
-            int(max_steps),
-        )
-        self.instructions = _instructions(self.is_slippery)
+        self.size, self.p_frozen, self.layout = int(size), float(p_frozen), layout
+        self.is_slippery, self.slip_prob = bool(is_slippery), float(slip_prob)
+        self.goal_reward, self.max_steps = float(goal_reward), int(max_steps)
+        # Telling the model about slips it will never see would mislead it.
+        self.instructions = INSTRUCTIONS.format(slippery=SLIPPERY_NOTE if self.is_slippery else "")
         self.grid = np.full((self.size, self.size), FROZEN)
         self.grid[-1, -1] = GOAL
         self.pos: tuple[int, int] = (0, 0)
@@ -105,26 +106,47 @@ class FrozenLakeEnv(TextEnv):
     # --- Gymnasium API -----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
-        n = self.size
-        for _ in range(MAX_GEN_TRIES):
-            # Redraw with the same generator, so the map is still a function of the seed alone.
-            grid = np.where(self.np_random.random((n, n)) < self.p_frozen, FROZEN, HOLE)
-            grid[0, 0], grid[-1, -1] = FROZEN, GOAL
-            if _shortest_path(grid, (0, 0)) is not None:
-                break
-        else:  # pragma: no cover - needs an absurd p_frozen
-            raise RuntimeError(
-                f"no solvable {n}x{n} map in {MAX_GEN_TRIES} draws at p_frozen={self.p_frozen}"
-            )
-        self._set_state(grid, (0, 0))
+        grid, start = self._draw_map()
+        if seed is not None:
+            # RAGEN builds a fresh Gymnasium env for the seed, whose reset seeds a second generator
+            # with the same seed and spends one draw picking the start tile; slips then come from
+            # that stream. Doing the same gives RAGEN's slips for the same seed and actions.
+            self.np_random = np.random.default_rng(seed)
+            self.np_random.random()
+        self._set_state(grid, start)
         return self.render(), {"success": False}
+
+    def _draw_map(self) -> tuple[np.ndarray, tuple[int, int]]:
+        """The map and the start, drawn in RAGEN's order (frozen_lake/utils.py:35-45): every tile
+        frozen or a hole, then start and goal; a draw with start == goal or without a path from
+        start to goal is thrown away whole."""
+        n, rng = self.size, self.np_random
+        for _ in range(MAX_GEN_TRIES):
+            grid = np.where(rng.random((n, n)) < self.p_frozen, FROZEN, HOLE)
+            if self.layout == "corner":
+                start, goal = (0, 0), (n - 1, n - 1)
+            else:
+                start = tuple(int(x) for x in rng.integers(n, size=2))
+                goal = tuple(int(x) for x in rng.integers(n, size=2))
+                if start == goal:
+                    continue
+            grid[start], grid[goal] = FROZEN, GOAL
+            if _shortest_path(grid, start) is not None:
+                return grid, start
+        raise RuntimeError(
+            f"no solvable {n}x{n} map in {MAX_GEN_TRIES} draws at p_frozen={self.p_frozen}: raise p_frozen"
+        )
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if action not in self.actions:
             raise self._invalid(action)
         actual = action
-        if self.is_slippery and self.np_random.random() < self.slip_prob:
-            actual = PERPENDICULAR[action][int(self.np_random.integers(2))]
+        if self.is_slippery:
+            u, side = self.np_random.random(), self.slip_prob / 2
+            if u < side:
+                actual = PERPENDICULAR[action][0]
+            elif u >= side + (1 - self.slip_prob):
+                actual = PERPENDICULAR[action][1]
         self.pos = self._move(self.pos, actual)
         self.steps += 1
         tile = self.grid[self.pos]
@@ -179,6 +201,21 @@ class FrozenLakeEnv(TextEnv):
             return float(path is not None and len(path) <= self.max_steps - self.steps)
         return float(self._q_values().max())
 
+    def success_probability(self, steps: int, policy: str = "best") -> float:
+        """The chance of reaching the goal from the current tile within `steps` moves, for the
+        best policy ("best": finite-horizon value iteration) or a uniformly random one ("random").
+        Exact, slips included: the floor and ceiling `ragen_lib.baselines` reports."""
+        if policy not in ("best", "random"):
+            raise ValueError(f"policy must be 'best' or 'random', got {policy!r}")
+        t = self._transitions()  # (A, S, S')
+        flat = self.grid.ravel()
+        frozen = flat == FROZEN
+        values = (flat == GOAL).astype(float)  # holes stay 0: both are absorbing
+        for _ in range(steps):
+            q = t @ values  # (A, S): chance of success after this move, per action
+            values = np.where(frozen, q.max(axis=0) if policy == "best" else q.mean(axis=0), values)
+        return float(values[self.pos[0] * self.size + self.pos[1]])
+
     # --- helpers -------------------------------------------------------------------------------
     def _set_state(self, grid: np.ndarray, pos: tuple[int, int]) -> None:
         self.grid, self.pos, self.steps, self._values = grid, pos, 0, None
@@ -206,12 +243,12 @@ class FrozenLakeEnv(TextEnv):
         if self._trans is not None:
             return self._trans
         n = self.size
-        sides = self.slip_prob / 2
+        slip = self.slip_prob if self.is_slippery else 0.0
         t = np.zeros((len(self.actions), n * n, n * n))
         for a, action in enumerate(self.actions):
             for r in range(n):
                 for c in range(n):
-                    outcomes = [(action, 1 - self.slip_prob)] + [(s, sides) for s in PERPENDICULAR[action]]
+                    outcomes = [(action, 1 - slip)] + [(s, slip / 2) for s in PERPENDICULAR[action]]
                     for move, p in outcomes:
                         nr, nc = self._move((r, c), move)
                         t[a, r * n + c, nr * n + nc] += p

@@ -89,9 +89,13 @@ class WebShopEnv(TextEnv):
         "search:<query> (lists the top 5 matching products), click:<product id> (shows a "
         "product), buy:<product id> (buys it and ends the episode)"
     )
+    # Laid out as RAGEN's WebShop prompt (config/envs.yaml:98): the action syntax and an example
+    # answer live in the instruction, since free-form actions have no list to show.
     instructions = (
         "You are shopping online. Find the product the instruction describes (colour, "
-        "category, size and price cap) and buy it. Product ids look like p07."
+        "category, size and price cap) and buy it. Product ids look like p07. Valid answers are "
+        + action_help
+        + ", one action per answer, like <answer>search:red shoe large</answer>"
     )
     max_turns = 5
     max_actions_per_turn = 1
@@ -119,6 +123,7 @@ class WebShopEnv(TextEnv):
         self.progress_reward, self.no_progress_reward = progress_reward, no_progress_reward
         if top_k != 5:  # keep the prompt truthful about how many results a search lists
             self.action_help = self.action_help.replace("top 5", f"top {top_k}")
+            self.instructions = self.instructions.replace("top 5", f"top {top_k}")
         self.goal: dict = {}
         self.page, self.steps = "home", 0
         self.shown: list[dict] = []
