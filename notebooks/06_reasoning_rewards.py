@@ -32,7 +32,8 @@ overrides = {}  # dotted config overrides applied to every run
 # ## Criterion, fixed before any result
 # (Fig. 11) the least-squares slope of reasoning length (tokens) over steps is negative in every
 # think run without the bonus, and BanditRev's late reasoning length is the longest of them.
-# (Table 4) late validation success on the shifted env (Bandit→BanditRev, Sokoban→FrozenLake) with
+# (Table 4) late validation success on the held-out env (Bandit and BanditRev on held-out arm names,
+# Sokoban→FrozenLake) with
 # think ≥ without. (Bonus) on WebShop-lite, late reasoning consistency with λ = 0.4 > with λ = 0.
 # REPRODUCED when all three hold; NOT REPRODUCED otherwise; INCONCLUSIVE when the think runs end
 # with under 10% format-valid answers (no parsable reasoning to measure).
@@ -42,7 +43,8 @@ from IPython.display import display
 
 from ragen_lib import analysis, experiments, plots
 
-SHIFTS = {"bandit": "bandit-rev", "sokoban": "frozenlake"}
+# RAGEN's Section 5.1 pairs (docs/FIDELITY.md E13): each trained Bandit validated on held-out names.
+SHIFTS = {"bandit-gen": "bandit-heldout", "bandit-gen-rev": "bandit-heldout-rev", "sokoban": "frozenlake"}
 
 
 def judge(df):
@@ -53,7 +55,7 @@ def judge(df):
         measured[f"{env} reasoning-length slope (tokens/step)"] = analysis.slope(s)
         late_len[env] = analysis.late_mean(s)
         falls &= analysis.slope(s) < 0
-    rev_longest = late_len.get("bandit-rev", float("nan")) >= max(late_len.values())
+    rev_longest = late_len.get("bandit-gen-rev", float("nan")) >= max(late_len.values())
     generalises = True
     for env, shifted in SHIFTS.items():
         col = f"val/success/{shifted}"
