@@ -124,16 +124,18 @@ def _zeroshot(args) -> int:
 
     from ragen_lib import models, seeds
     from ragen_lib.config import RolloutConfig
+    from ragen_lib.envs import make
     from ragen_lib.rollout import collect
 
     model, tok = models.load(args.model)
     for env in args.envs:
         states = seeds.val_seeds(env, args.n)
+        cap = args.max_new_tokens or make(env).max_new_tokens
         for prefill in (True, False) if args.compare else (True,):
             cfg = RolloutConfig(
                 max_turns=1,
                 temperature=args.temperature,
-                max_new_tokens=args.max_new_tokens,
+                max_new_tokens=cap,
                 enable_think=not args.no_think,
                 prefill=prefill,
             )
@@ -152,9 +154,9 @@ def _zeroshot(args) -> int:
                 "format_valid": round(p, 4),
                 "format_valid_se": round(math.sqrt(p * (1 - p) / n), 4),
                 "success": round(sum(success) / n, 4),
-                "hit_token_cap": sum(t >= args.max_new_tokens for t in tokens),
+                "hit_token_cap": sum(t >= cap for t in tokens),
                 "mean_tokens": round(sum(tokens) / n, 1),
-                "max_new_tokens": args.max_new_tokens,
+                "max_new_tokens": cap,
                 "temperature": args.temperature,
                 "seconds": round(time.perf_counter() - t0, 1),
             }
@@ -318,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     zs.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
     zs.add_argument("--n", type=int, default=64, help="validation states, one answer each")
     zs.add_argument("--temperature", type=float, default=1.0)
-    zs.add_argument("--max-new-tokens", type=int, default=400, help="RAGEN: 400 (Bandit 500)")
+    zs.add_argument(
+        "--max-new-tokens", type=int, default=None, help="default: the env's (RAGEN: 400, Bandit 500)"
+    )
     zs.add_argument("--batch", type=int, default=64, help="states generated for at once")
     zs.add_argument("--seed", type=int, default=0, help="sampling seed")
     zs.add_argument("--no-think", action="store_true", help="no-think mode: <answer> only")

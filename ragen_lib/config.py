@@ -39,8 +39,8 @@ class RolloutConfig:
     """Actions parsed from one answer (split on `||`). RAGEN: 5 (Bandit, WebShop: 1)."""
     max_actions_per_episode: int | None = None
     """Actions per trajectory. RAGEN: 10 for Sokoban and FrozenLake."""
-    max_new_tokens: int = 400
-    """New tokens per turn (RAGEN: up to 400)."""
+    max_new_tokens: int | None = None
+    """New tokens per turn. None: the env's (RAGEN: 400; Bandit 500)."""
     temperature: float = 1.0
     """Sampling temperature for training rollouts; 0 is greedy. RAGEN validates at 0.5."""
     stop_at_answer: bool = True

@@ -484,7 +484,8 @@ def finished_bytes(cfg: config.Config, device: str | None = None) -> int:
     t, r = cfg.train, cfg.rollout
     logged = len(range(0, t.steps, t.samples_every)) * t.samples_per_step if t.samples_every else 0
     turns = r.max_turns or 5
-    samples = logged * turns * (SAMPLE_BYTES_PER_TURN + 4 * r.max_new_tokens)
+    new_tokens = r.max_new_tokens or 500  # None: the env's, at most 500 (Bandit)
+    samples = logged * turns * (SAMPLE_BYTES_PER_TURN + 4 * new_tokens)
     weights = 0
     if t.keep_final_weights:
         policy, critic = model_size(cfg.model.name)

@@ -121,6 +121,22 @@ METRICS: dict[str, Metric] = {
     "warmup/success_after": Metric(
         "success after warm-up", "the same after the warm-up", "step 0 with a warm-up"
     ),
+    "warmup/reasoning_length_before": Metric(
+        "reasoning tokens before warm-up",
+        "reasoning/length of the first answers on the same states, before",
+        "step 0 with a warm-up",
+    ),
+    "warmup/reasoning_length_after": Metric(
+        "reasoning tokens after warm-up", "the same after the warm-up", "step 0 with a warm-up"
+    ),
+    "warmup/distinct2_before": Metric(
+        "distinct-2 before warm-up",
+        "reasoning/distinct2 of the first answers on the same states, before",
+        "step 0 with a warm-up",
+    ),
+    "warmup/distinct2_after": Metric(
+        "distinct-2 after warm-up", "the same after the warm-up", "step 0 with a warm-up"
+    ),
     "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
 }
 #: The update's statistics, one value per micro-batch (grad norm: per optimizer step), averaged per step.

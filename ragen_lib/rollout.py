@@ -80,6 +80,7 @@ class Episode:
         self.env, self.seed, self.cfg = env, seed, cfg
         self.observation, _ = env.reset(seed=seed)
         self.max_turns = cfg.max_turns or env.max_turns
+        self.max_new_tokens = cfg.max_new_tokens or env.max_new_tokens
         self.per_turn = cfg.max_actions_per_turn or env.max_actions_per_turn
         self.actions_left = cfg.max_actions_per_episode or env.max_actions_per_episode
         self.prefill = PREFILL[cfg.enable_think] if cfg.prefill else ""
@@ -264,10 +265,11 @@ def collect(
     generator = torch.Generator(device=device).manual_seed(sample_seed)
     stop = _answer_stop(tokenizer) if cfg.stop_at_answer else None
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    max_new = episodes[0].max_new_tokens  # one env per batch
 
     while True:
         for e, t in zip(episodes, tracks):
-            if not e.done and len(t.ids) + cfg.max_new_tokens > cfg.max_context_tokens:
+            if not e.done and len(t.ids) + max_new > cfg.max_context_tokens:
                 e.truncated = True  # the next turn would not fit the context
         live = [i for i, e in enumerate(episodes) if not e.done]
         if not live:
@@ -276,7 +278,7 @@ def collect(
         new = generate(
             model,
             prompts,
-            max_new_tokens=cfg.max_new_tokens,
+            max_new_tokens=max_new,
             temperature=cfg.temperature,
             eos_token_id=eos,
             pad_token_id=pad,

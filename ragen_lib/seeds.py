@@ -43,6 +43,8 @@ FORMAT_ACTIONS = 6
 VALIDATION_SAMPLING = 12345
 PROBE_SAMPLING = 7
 """The warm-up's before/after probe of first answers."""
+OWN_REASONING_SAMPLING = 11
+"""The format / expert warm-up's sampling of the model's own `<think>` text (warmup.own_reasoning)."""
 SELF_WARMUP_SAMPLING = 1000
 """`self` warm-up round i samples with seed SELF_WARMUP_SAMPLING + i (its states: step -100 - i)."""
 

@@ -326,3 +326,25 @@ def test_grid_workers_die_with_a_killed_parent(tmp_path):
         for pid in workers:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_action_count_variants_get_a_5k_budget_and_the_prompt_says_so():
+    """Table 3 as RAGEN (train_all.sh:117-124): k actions per turn with a trajectory budget of 5k,
+    k = 1..8 in the paper profile; the first prompt states the 5k budget, the second the 5k minus
+    what the first turn executed."""
+    from ragen_lib.envs import make
+    from ragen_lib.rollout import Episode
+
+    _, points = experiments.variants("05_rollout_quality", "paper")
+    study = [c for c, labels in points if labels.get("study") == "actions" and c.train.seed == 0]
+    ks = sorted(c.rollout.max_actions_per_turn for c in study)
+    assert ks == list(range(1, 9))
+    for c in study:
+        k, budget = c.rollout.max_actions_per_turn, c.rollout.max_actions_per_episode
+        assert budget == 5 * k
+        ep = Episode(make(c.env.name), 0, c.rollout)
+        first = ep.messages[-1]["content"]
+        assert f"You can make up to {budget} actions" in first and f"You have {budget} actions left" in first
+        assert ep.step("I go.</think><answer>" + " || ".join(["Up"] * (k + 1)) + "</answer>") is not None
+        assert f"You have {budget - len(ep.turns[0].executed)} actions left" in ep.messages[-1]["content"]
+        assert len(ep.turns[0].executed) == min(k, budget)  # the per-turn limit cut the (k+1)th action

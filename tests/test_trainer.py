@@ -150,36 +150,65 @@ def test_warmup_records_format_rate_before_and_after(warmup):
 
 
 def test_expert_dataset_turns_are_well_formed():
-    cfg = tiny(**{"env.name": "sokoban"})
+    cfg = tiny(**{"env.name": "sokoban", "rollout.max_new_tokens": 64})
     from ragen_lib.models import load
 
-    _, tok = load("tiny-random")
-    data = warmup.expert_dataset(tok, cfg, [0, 1])
+    policy, tok = load("tiny-random")
+    data = warmup.expert_dataset(policy, tok, cfg, [0, 1])
     assert len(data) >= 2 and set(data.column_names) == {"prompt_ids", "response_ids"}
     text = tok.decode(data[0]["response_ids"])
     # The rollout's prompt ends with the <think> prefill, so the BC target is what follows it.
     assert tok.decode(data[0]["prompt_ids"]).endswith("<|im_start|>assistant\n<think>")
     assert not text.startswith("<think>") and "</think><answer>" in text and "</answer>" in text
+    # the whole target fits the rollout's token budget: a response the rollout could have produced
+    assert all(len(r["response_ids"]) <= cfg.rollout.max_new_tokens for r in data)
+
+
+def test_warmup_targets_carry_the_models_own_reasoning_not_a_fixed_sentence():
+    """The <think> text of the format warm-up's targets is sampled from the model: another model
+    (the same weights, perturbed) gives other reasoning before the same actions, and no two targets
+    share their reasoning (a template would)."""
+    import copy
+
+    from ragen_lib.models import load
+
+    policy, tok = load("tiny-random")
+    cfg = tiny(**{"env.name": "sokoban", "rollout.max_new_tokens": 48})
+
+    def split(data):
+        texts = [tok.decode(r["response_ids"], skip_special_tokens=True) for r in data]
+        return [t.split("</think>")[0] for t in texts], [t.split("</think>")[1] for t in texts]
+
+    thinks, answers = split(warmup.expert_dataset(policy, tok, cfg, list(range(6)), random_actions=True))
+    other = copy.deepcopy(policy)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
+    thinks2, answers2 = split(warmup.expert_dataset(other, tok, cfg, list(range(6)), random_actions=True))
+    assert answers == answers2  # the same states, the same random valid actions
+    assert thinks != thinks2  # the reasoning is the model's
+    assert len(set(thinks)) == len(thinks) and all(t.strip() for t in thinks)
+    assert not any("I will try" in t or "shortest way" in t for t in thinks + thinks2)
 
 
 def test_format_dataset_has_random_valid_actions():
     from ragen_lib.models import load
 
-    _, tok = load("tiny-random")
+    policy, tok = load("tiny-random")
     cfg = tiny(**{"env.name": "bandit"})
     answers = [
         tok.decode(r["response_ids"])
-        for r in warmup.expert_dataset(tok, cfg, list(range(40)), random_actions=True)
+        for r in warmup.expert_dataset(policy, tok, cfg, list(range(40)), random_actions=True)
     ]
     picks = [a.split("<answer>")[1].split("</answer>")[0] for a in answers]
     assert set(picks) == {"Dragon", "Phoenix"}  # the expert would always say Dragon
     assert 10 <= picks.count("Dragon") <= 30  # uniform: 40 draws, p = 0.5
-    expert = [tok.decode(r["response_ids"]) for r in warmup.expert_dataset(tok, cfg, list(range(5)))]
+    expert = [tok.decode(r["response_ids"]) for r in warmup.expert_dataset(policy, tok, cfg, list(range(5)))]
     assert all("<answer>Dragon</answer>" in a for a in expert)
     shop = [
         tok.decode(r["response_ids"])
         for r in warmup.expert_dataset(
-            tok, tiny(**{"env.name": "webshop"}), list(range(5)), random_actions=True
+            policy, tok, tiny(**{"env.name": "webshop"}), list(range(5)), random_actions=True
         )
     ]
     assert all("<answer>" in a for a in shop) and any("search:" in a for a in shop)

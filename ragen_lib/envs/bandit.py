@@ -72,6 +72,7 @@ class BanditEnv(TextEnv):
 
     name = "bandit"
     max_turns = 1
+    max_new_tokens = 500  # RAGEN config/_1_bandit.yaml:9 (docs/FIDELITY.md E14)
     max_actions_per_turn = 1
     max_actions_per_episode = 1
     # RAGEN's Bandit config has no action lookup when the prompt is built: no action list, no legend.

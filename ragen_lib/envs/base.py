@@ -38,6 +38,8 @@ class TextEnv:
     max_actions_per_episode: int = 10
     #: Turns (model responses) per episode; RAGEN uses 5 for the multi-turn envs, 1 for Bandit.
     max_turns: int = 5
+    #: New tokens per response (RAGEN: 400, config/base.yaml; Bandit 500, config/_1_bandit.yaml:9).
+    max_new_tokens: int = 400
     #: Free-form actions only: their syntax, for error messages (the prompt's instructions say it).
     action_help: str = ""
 
