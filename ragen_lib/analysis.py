@@ -219,8 +219,11 @@ class Claim:
     """One sub-claim, written before the data: arm a beats arm b (direction +1) on `metric`.
 
     score: "late" (mean over the last third of the logged points), "peak", "median" (median over
-    steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: stage-1 seconds),
-    or "collapse" (the step of `collapse`, censored at the horizon; metric is the training success).
+    steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: wall time),
+    "slope" (least-squares slope per step), "collapse" (the step of `collapse`, censored at the
+    horizon; metric is the training success) or "lead" (collapse step − the step `indicator` first
+    fell below half its early maximum, `drop_step`; 0 when it never fell; censored without collapse).
+    Judged with b=None, a one-arm claim compares the score against 0.
     mde: the minimum detectable effect, in the score's units. kind: "superiority" or
     "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" or "filter",
     checked on arm a. env: whose floor and ceiling bound a success score (None: not a success)."""
@@ -237,6 +240,7 @@ class Claim:
     mechanism: str | None = None
     test: str = "bootstrap"  # or "sign": the sign test over seeds must reach p < alpha too
     alpha: float = 0.05
+    indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
 
     def criterion(self) -> str:
         """The criterion in words, as printed before the data."""
@@ -312,11 +316,15 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
         horizon = int(part["step"].max()) + 1
         points, censored = np.array([]), False
-        if claim.score == "collapse":
+        if claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
             step = collapse(v, fmt)
             censored = step is None
             score = float(horizon if censored else step)
+            if claim.score == "lead":
+                ind = part.set_index("step")[claim.indicator] if claim.indicator in part else pd.Series([])
+                drop = drop_step(ind)
+                score = float("nan") if censored else float(step - drop if drop is not None else 0)
         elif v.empty:
             score = float("nan")
         elif claim.score == "late":
@@ -330,8 +338,10 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
             score = float(v.max())
         elif claim.score == "total":
             score = float(v.sum())
+        elif claim.score == "slope":
+            score = slope(v)
         else:
-            raise ValueError(f"unknown score {claim.score!r}: late | peak | median | max | total | collapse")
+            raise ValueError(f"unknown score {claim.score!r}: late|peak|median|max|total|slope|collapse|lead")
         rows.append(
             {
                 "seed": seed,
@@ -446,7 +456,7 @@ def judge(
     df: pd.DataFrame,
     claim: Claim,
     a: dict,
-    b: dict,
+    b: dict | None,
     *,
     floor_ceiling: tuple[float, float] | None | str = "env",
 ) -> Row:
@@ -454,7 +464,8 @@ def judge(
 
     floor_ceiling: (floor, ceiling) of the success score; "env" (default) looks them up for
     `claim.env` with `reference`; None skips the check. See the module docstring for the order."""
-    A, B = _select(df, a), _select(df, b)
+    A = _select(df, a)
+    B = A if b is None else _select(df, b)  # one arm: its score against 0
     d = _design(pd.concat([A, B]))
     row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
     row.power = power_statement(claim, A, B)
@@ -472,7 +483,14 @@ def judge(
     why = mechanism_inactive(A, claim.mechanism)
     if why:
         return replace(row, reason=f"mechanism did not act ({claim.mechanism}): {why}")
-    sa, sb = seed_scores(A, claim), seed_scores(B, claim)
+    sa = seed_scores(A, claim)
+    if claim.score == "lead" and sa["censored"].all():
+        return replace(row, reason=f"censored: no run collapsed within {int(sa['horizon'].max())} steps")
+    sb = (
+        sa.assign(score=0.0, points=[np.array([])] * len(sa), censored=False)
+        if b is None
+        else seed_scores(B, claim)
+    )
     sa, sb = sa.dropna(subset=["score"]), sb.dropna(subset=["score"])
     if sa.empty or sb.empty:
         return replace(row, reason="no scores")
@@ -486,7 +504,7 @@ def judge(
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
     fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
-    if claim.score != "collapse" and fc is not None:
+    if claim.score not in ("collapse", "lead") and b is not None and fc is not None:
         floor, ceiling = fc
         if max(row.a, row.b) <= floor + claim.mde:
             return replace(

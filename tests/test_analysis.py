@@ -273,3 +273,24 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 | under-powered: 1 seed(s)" in report
     assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report
     assert "Smoke profile" in report and "Device:" in report and "Commit:" in report
+
+
+def test_one_arm_claims_lead_and_slope_against_zero():
+    # success collapses at step 12 in every seed; the reward std halves at step 6: lead 6 steps
+    df = runs_df({"a": lambda seed, step: 0.6 if step < 10 else 0.0})
+    df["reward/group_std"] = [0.4 if step < 6 else 0.1 for step in df["step"]]
+    lead = analysis.Claim(
+        "lead", "std warns first", "rollout/success", mde=2, score="lead", indicator="reward/group_std"
+    )
+    row = analysis.judge(df, lead, {"arm": "a"}, None)
+    assert row.status == analysis.REPRODUCED and row.effect == 6
+    flat = runs_df({"a": 0.6})
+    flat["reward/group_std"] = 0.4
+    row = analysis.judge(flat, lead, {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason == "censored: no run collapsed within 30 steps"
+    slope = analysis.Claim("slope", "shortens", "val/success", mde=0.001, score="slope", direction=-1)
+    falling = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
+    row = analysis.judge(falling, slope, {"arm": "a"}, None)
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.01)
+    rising = runs_df({"a": lambda seed, step: 0.1 + 0.01 * step})
+    assert analysis.judge(rising, slope, {"arm": "a"}, None).status == analysis.NOT_REPRODUCED
