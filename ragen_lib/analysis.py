@@ -272,12 +272,10 @@ class Row:
     criterion: str = ""
 
     def __str__(self) -> str:
-        effect = (
-            ""
-            if self.effect != self.effect
-            else f" effect {self.effect:+.3g} [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}] "
-            f"(a {_fmt(self.a)}, b {_fmt(self.b)})"
-        )
+        effect = ""
+        if self.effect == self.effect:
+            ci = "" if self.ci[0] != self.ci[0] else f" [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}]"
+            effect = f" effect {self.effect:+.3g}{ci} (a {_fmt(self.a)}, b {_fmt(self.b)})"
         return (
             f"{self.status}: {self.claim}{effect}\n    why: {self.reason}\n    design: {design(self)}; "
             f"{self.power}"
@@ -686,3 +684,24 @@ def report(profile: str) -> Path:
     out = base / "REPORT.md"
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def criteria(studies: list[tuple[Claim, dict, dict | None]]) -> str:
+    """The criteria of a notebook's sub-claims, one line each (printed before any result)."""
+    return "\n".join(
+        f"- {c.criterion()}; a = {a}; b = {b if b is not None else '0 (one arm)'}" for c, a, b in studies
+    )
+
+
+def decide(
+    df: pd.DataFrame,
+    claim: str,
+    studies: list[tuple[Claim, dict, dict | None]],
+    primary: list[str],
+    *,
+    measured: dict | None = None,
+    floor_ceiling="env",
+) -> Verdict:
+    """Judge every (Claim, arm a, arm b) and build the notebook's verdict (`df.attrs["finding"]`)."""
+    rows = [judge(df, c, a, b, floor_ceiling=floor_ceiling) for c, a, b in studies]
+    return Verdict(df.attrs.get("finding", "?"), claim, rows, primary, measured=measured or {})
