@@ -504,27 +504,26 @@ def judge(
     fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
     if claim.score not in ("collapse", "lead") and b is not None and fc is not None:
         floor, ceiling = fc
+        fc_name = claim.env or "this task"
         if max(row.a, row.b) <= floor + claim.mde:
             return replace(
                 row,
-                reason=f"floor: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within {claim.mde:g} of "
-                f"random play ({floor:.3g}) on {claim.env}",
+                reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "
+                f"({floor:.3g}) on {fc_name} by more than the MDE {claim.mde:g}",
             )
         if min(row.a, row.b) >= ceiling - claim.mde:
             return replace(
                 row,
-                reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within {claim.mde:g} of "
-                f"the expert ({ceiling:.3g}) on {claim.env}",
+                reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} "
+                f"of the expert ({ceiling:.3g}) on {fc_name}",
             )
     if claim.score == "collapse" and sa["censored"].all() and sb["censored"].all():
         return replace(
-            row, reason=f"censored: no run of either arm collapsed within {int(sa['horizon'].max())} steps"
+            row,
+            effect=float("nan"),
+            reason=f"censored: no run of either arm collapsed within {int(sa['horizon'].max())} steps",
         )
-    short = underpowered(
-        claim,
-        n_seeds=min(len(sa), len(sb)),
-        points=sa,
-    )
+    short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
     if short:
         return replace(row, reason=f"under-powered: {short}")
     row.ci = bootstrap_ci(sa, sb, claim, paired=paired)

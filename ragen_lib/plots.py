@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from ragen_lib import runs
 from ragen_lib.metrics import label
@@ -132,6 +133,7 @@ def curves(
                 ax.set_ylim(-0.03, 1.03)
                 _references(ax, _env_of(m, part))
             _plain(ax)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
             ax.set_ylabel(label(m))
             ax.set_xlabel("step" if i == len(metrics) - 1 else "")

@@ -164,7 +164,9 @@ def test_collapse_order_in_every_seed_is_reproduced_by_the_sign_test():
 def test_tie_at_ceiling_is_inconclusive():
     df = runs_df({"a": 1.0, "b": 0.98})
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("ceiling: both arms (1, 0.98)")
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "ceiling: both arms (1, 0.98) within the MDE 0.1 of the expert (1)"
+    )
 
 
 def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
@@ -172,7 +174,10 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     df = runs_df({"a": 0.55, "b": 0.5})  # Bandit: random play succeeds half the time
     row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE
-    assert row.reason == "floor: both arms (0.55, 0.5) within 0.1 of random play (0.5) on bandit"
+    assert (
+        row.reason
+        == "floor: neither arm (0.55, 0.5) above random play (0.5) on bandit by more than the MDE 0.1"
+    )
     # the same numbers on a task whose floor is 0 are judged: 6400 episodes per arm resolve 0.05
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
