@@ -663,10 +663,11 @@ def report(profile: str) -> Path:
     for v in verdicts:
         figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in v.get("figures", []))
         lines.append(
-            f"| {v['notebook']} | **headline**: {v['claim']} ({v['rule']}) | **{v['status']}** | | "
+            f"| {v['notebook']} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
+            f"**{v['status']}** | | "
             f"{v['reason']} | | | {figs} |"
         )
-        for r in v["rows"]:
+        for r in v.get("rows", []):  # a verdict written before rows existed has none
             eff = r["effect"]
             effect = (
                 ""
