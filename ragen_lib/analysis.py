@@ -604,7 +604,10 @@ class Verdict:
     claim: str
     rows: list[Row]
     primary: list[str]
-    rule: str = "REPRODUCED when every primary sub-claim is; NOT REPRODUCED when one is not"
+    rule: str = (
+        "REPRODUCED when every judged primary row is; NOT REPRODUCED when one is not and none is "
+        "inconclusive; else INCONCLUSIVE (PILOT rows left out)"
+    )
     figures: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)  # extra numbers shown, not judged
     status: str = ""
