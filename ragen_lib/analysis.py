@@ -477,7 +477,19 @@ def judge(
         or claim.metric not in df
         or (A[claim.metric].isna().all() and claim.score != "collapse")
     ):
-        return replace(row, reason=f"no data: arm {'a' if A.empty else 'b'} has no {claim.metric}")
+        which = (
+            "arm a has no runs"
+            if A.empty
+            else "arm b has no runs"
+            if B.empty
+            else f"no {claim.metric} logged"
+        )
+        return replace(
+            row,
+            reason=f"no data: {which} (peak memory is measured on CUDA only)"
+            if claim.metric.startswith("memory/") and not A.empty and not B.empty
+            else f"no data: {which}",
+        )
     why = mechanism_inactive(A, claim.mechanism)
     if why:
         return replace(row, reason=f"mechanism did not act ({claim.mechanism}): {why}")
