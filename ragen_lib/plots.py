@@ -32,6 +32,14 @@ def theme() -> None:
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
 
 
+def axis_name(column: str) -> str:
+    """A readable axis name: the metric's label, or a config column's last part ("cfg.env.name" → "env")."""
+    if column.startswith("cfg."):
+        parts = column.split(".")
+        return parts[-2] if parts[-1] == "name" else parts[-1].replace("_", " ")
+    return label(column)
+
+
 def natural_key(value) -> tuple:
     """Sort key that orders the numbers inside labels by value: "top 25%" < "top 100%", "k=2" < "k=10"."""
     parts = re.split(r"(\d+(?:\.\d+)?)", str(value))
@@ -190,6 +198,7 @@ def bars(
     if is_rate(m):
         ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel or label(m))
+    ax.set_xlabel(axis_name(x))
     _plain(ax)
     if df[x].nunique() > 3:  # long variant names overlap otherwise
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")

@@ -72,3 +72,6 @@ def test_bars_have_error_bars_over_seeds():
     ax = fig.axes[0]
     assert len(ax.lines) >= 3  # one error bar per bar
     assert ax.get_ylim() == (0.0, 1.0) and "2 seed(s) per bar" in ax.get_title()
+    assert (
+        plots.axis_name("cfg.env.name") == "env" and plots.axis_name("cfg.algo.filter_keep") == "filter keep"
+    )
