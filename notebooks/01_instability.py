@@ -27,60 +27,73 @@ overrides = {}
 
 # %% [markdown]
 # ## Criterion, fixed before any result
-# Collapse step = first step after the peak where validation success (training success when no
-# validation) falls below half its peak; a run that never collapses counts as the last step + 1.
-# Judged on the paper's loss mask (every token after the system turn); the response-only mask runs
-# are an ablation shown beside it, not part of the verdict.
-# REPRODUCED when, on Bandit and Sokoban, PPO's collapse step is later than GRPO's, and on
-# FrozenLake GRPO's is not earlier than PPO's. INCONCLUSIVE when any run's peak success is below
-# 0.05 (nothing learned, nothing to collapse).
+# Collapse (issue 16): the 5-step moving average of training success stays below half its running
+# peak for 5 steps, or format-valid below 0.5 for 5 steps; a run that never collapses is censored
+# at the horizon. One row per env, paired by seed: PPO's collapse step minus GRPO's (Bandit,
+# Sokoban: PPO later, MDE 10 / 5 steps) and, on FrozenLake, GRPO no earlier than PPO (margin 5
+# steps). Each row is INCONCLUSIVE when no run collapsed (censored) or with fewer than 3 seeds.
+# Late validation success PPO vs GRPO and the response-mask ablation are secondary rows.
+# Headline: REPRODUCED when the Bandit and Sokoban rows are (FrozenLake is secondary: the paper's
+# claim there is the reverse and weaker).
 
 # %%
 from ragen_lib import analysis, experiments, plots
 
+PPO, GRPO = "starpo-ppo", "starpo-grpo"
 
-def judge(df):
-    df = df[df["study"] == "paper-mask"]
-    metric = "val/success" if df["val/success"].notna().any() else "rollout/success"
-    measured, learned = {}, True
-    for env in ["bandit", "sokoban", "frozenlake"]:
-        for algo in ["starpo-ppo", "starpo-grpo"]:
-            c = analysis.curve(df[(df["cfg.env.name"] == env) & (df["cfg.algo.name"] == algo)], metric, [])
-            s = c.set_index("step")[metric]
-            peak, final, _ = analysis.peak_final(s)
-            learned &= bool(peak >= 0.05)
-            step = analysis.collapse_step(s)
-            measured[f"{env}/{algo} collapse step"] = step if step is not None else int(s.index.max()) + 1
-            measured[f"{env}/{algo} peak {metric}"] = peak
-    paper = {
-        "bandit/starpo-grpo collapse step": 20,
-        "bandit/starpo-ppo collapse step": 100,
-        "sokoban/starpo-grpo collapse step": 10,
-        "sokoban/starpo-ppo collapse step": 50,
-    }
-    ok = (
-        measured["bandit/starpo-ppo collapse step"] > measured["bandit/starpo-grpo collapse step"]
-        and measured["sokoban/starpo-ppo collapse step"] > measured["sokoban/starpo-grpo collapse step"]
-        and measured["frozenlake/starpo-grpo collapse step"]
-        >= measured["frozenlake/starpo-ppo collapse step"]
-    )
-    status = analysis.INCONCLUSIVE if not learned else analysis.REPRODUCED if ok else analysis.NOT_REPRODUCED
-    reason = (
-        "some run never reached 0.05 success: no collapse can be judged"
-        if not learned
-        else "collapse order as in the paper"
-        if ok
-        else "collapse order differs from the paper"
-    )
-    return analysis.Verdict(
-        df.attrs["finding"],
-        "PPO outlasts GRPO on Bandit/Sokoban; GRPO steadier on FrozenLake",
-        status,
-        measured,
-        paper,
-        reason,
+
+def arm(env, algo, study="paper-mask"):
+    return {"cfg.env.name": env, "cfg.algo.name": algo, "study": study}
+
+
+def collapse_claim(env, mde, study="paper-mask"):
+    tag = "" if study == "paper-mask" else " (response mask)"
+    return analysis.Claim(
+        f"{env}-collapse" + ("" if study == "paper-mask" else "-response"),
+        f"{env}: PPO collapses later than GRPO{tag}",
+        "rollout/success",
+        mde=mde,
+        score="collapse",
     )
 
+
+STUDIES = [
+    (collapse_claim("bandit", 10), arm("bandit", PPO), arm("bandit", GRPO)),
+    (collapse_claim("sokoban", 5), arm("sokoban", PPO), arm("sokoban", GRPO)),
+    (
+        analysis.Claim(
+            "frozenlake-collapse",
+            "frozenlake: GRPO collapses no earlier than PPO",
+            "rollout/success",
+            mde=5,
+            score="collapse",
+            kind="noninferiority",
+            margin=5,
+        ),
+        arm("frozenlake", GRPO),
+        arm("frozenlake", PPO),
+    ),
+    *[
+        (
+            analysis.Claim(
+                f"{env}-late", f"{env}: late validation success PPO > GRPO", "val/success", 0.1, env=env
+            ),
+            arm(env, PPO),
+            arm(env, GRPO),
+        )
+        for env in ("bandit", "sokoban")
+    ],
+    *[
+        (
+            collapse_claim(env, mde, "response-mask"),
+            arm(env, PPO, "response-mask"),
+            arm(env, GRPO, "response-mask"),
+        )
+        for env, mde in (("bandit", 10), ("sokoban", 5))
+    ],
+]
+PRIMARY = ["bandit-collapse", "sokoban-collapse"]
+print(analysis.criteria(STUDIES))
 
 # %%
 df = experiments.run_finding("01_instability", profile, seeds=seeds, overrides=overrides)
@@ -108,7 +121,7 @@ figures = [
 ]
 
 # %%
-verdict = judge(df)
+verdict = analysis.decide(df, "PPO outlasts GRPO on Bandit and Sokoban (Fig. 5)", STUDIES, PRIMARY)
 verdict.figures = figures
 verdict_file = verdict.write(profile, df.attrs["wall_s"])
 

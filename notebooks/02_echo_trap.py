@@ -28,13 +28,13 @@ overrides = {}  # dotted config overrides applied to every run
 
 # %% [markdown]
 # ## Criterion, fixed before any result
-# Collapse step: first step after the success peak where success falls below half of it
-# (`analysis.collapse_step`). An indicator "drops" at the first step where it falls below half its
-# maximum over the first third of the run (`analysis.drop_step`); its lead is collapse − drop.
-# REPRODUCED when at least one run collapses and, in every collapsed run, both the in-group reward
-# std and the entropy drop strictly before the collapse (lead > 0) and reasoning diversity
-# (distinct-2) is lower late than early. NOT REPRODUCED when a collapsed run lacks a leading drop
-# or keeps its diversity. INCONCLUSIVE when no run collapses (nothing to warn about).
+# Collapse as issue 16 defines it (`analysis.collapse`: the 5-step moving average of training
+# success below half its running peak for 5 steps, or format-valid below 0.5; censored at the
+# horizon). An indicator "drops" at the first step it falls below half its maximum over the first
+# third of the run (`analysis.drop_step`); its lead is collapse − drop (0 when it never dropped).
+# One row per run and indicator (in-group reward std, entropy): the lead is > 0 over seeds (MDE 2
+# steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with fewer than 3
+# seeds. Headline: the Bandit PPO rows (the paper's Echo Trap example).
 
 # %%
 from IPython.display import display
@@ -42,48 +42,25 @@ from IPython.display import display
 from ragen_lib import analysis, experiments, plots
 
 RUNS = [("bandit", "starpo-ppo"), ("sokoban", "starpo-ppo"), ("sokoban", "starpo-grpo")]
-
-
-def judge(df):
-    metric = analysis.success_metric(df)
-    measured, collapsed, warned = {}, 0, True
-    for env, algo in RUNS:
-        where = {"cfg.env.name": env, "cfg.algo.name": algo}
-        success = analysis.series(df, metric, **where)
-        step = analysis.collapse_step(success)
-        lead_std = analysis.lead(analysis.series(df, "reward/group_std", **where), step)
-        lead_ent = analysis.lead(analysis.series(df, "policy/entropy", **where), step)
-        div = analysis.series(df, "reasoning/distinct2", **where)
-        early, late = analysis.early_mean(div), analysis.late_mean(div)
-        measured[f"{env}/{algo} collapse step"] = step
-        measured[f"{env}/{algo} reward-std lead"] = lead_std
-        measured[f"{env}/{algo} entropy lead"] = lead_ent
-        measured[f"{env}/{algo} distinct2 early→late"] = f"{early:.3g}→{late:.3g}"
-        if step is not None:
-            collapsed += 1
-            warned &= (lead_std or 0) > 0 and (lead_ent or 0) > 0 and late < early
-    paper = {
-        "bandit/starpo-ppo collapse step": "≈150 (template reasoning)",
-        "bandit/starpo-ppo reward-std lead": "> 0",
-        "bandit/starpo-ppo entropy lead": "> 0",
-    }
-    if not collapsed:
-        status, reason = analysis.INCONCLUSIVE, "no run collapsed: there was nothing to warn about"
-    elif warned:
-        status, reason = analysis.REPRODUCED, f"in all {collapsed} collapsed runs std and entropy fell first"
-    else:
-        status, reason = (
-            analysis.NOT_REPRODUCED,
-            "a collapsed run had no leading std/entropy drop or kept its diversity",
-        )
-    return analysis.Verdict(
-        df.attrs["finding"],
-        "reward std and entropy drop before success collapses",
-        status,
-        measured,
-        paper,
-        reason,
+INDICATORS = {"reward/group_std": "std", "policy/entropy": "entropy"}
+STUDIES = [
+    (
+        analysis.Claim(
+            f"{env}/{algo} {short} lead",
+            f"{env}/{algo}: the {short} drops before success collapses",
+            "rollout/success",
+            mde=2,
+            score="lead",
+            indicator=ind,
+        ),
+        {"cfg.env.name": env, "cfg.algo.name": algo},
+        None,
     )
+    for env, algo in RUNS
+    for ind, short in INDICATORS.items()
+]
+PRIMARY = ["bandit/starpo-ppo std lead", "bandit/starpo-ppo entropy lead"]
+print(analysis.criteria(STUDIES))
 
 
 # %%
@@ -117,7 +94,16 @@ fig = plots.curves(
 figures = [plots.save(fig, profile, f"{finding}_indicators")]
 
 # %%
-verdict = judge(df)
+div = {
+    f"{r} distinct2 early→late": "{:.3g}→{:.3g}".format(
+        analysis.early_mean(analysis.series(df, "reasoning/distinct2", run=r)),
+        analysis.late_mean(analysis.series(df, "reasoning/distinct2", run=r)),
+    )
+    for r in sorted(df["run"].unique())
+}
+verdict = analysis.decide(
+    df, "reward std and entropy drop before success collapses (Echo Trap)", STUDIES, PRIMARY, measured=div
+)
 verdict.figures = figures
 verdict_file = verdict.write(profile, df.attrs["wall_s"])
 

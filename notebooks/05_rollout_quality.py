@@ -30,66 +30,20 @@ overrides = {}  # dotted config overrides applied to every run
 
 # %% [markdown]
 # ## Criterion, fixed before any result
-# Score: mean success over the last third of steps. (Table 2) the most initial states with the
-# fewest samples each (P=32×N=4) scores at least as high as the fewest states (P=4×N=32).
-# (Table 3, k actions per turn with a 5k trajectory budget) 5 actions per turn scores higher than
-# 7 and at least as high as 1. (Fig. 10) online-1 scores at least as high as online-5 and online-10
-# (online-k: k× the groups per rollout and k optimizer steps from it, steps/k rollouts).
-# REPRODUCED when all three hold; NOT REPRODUCED otherwise; INCONCLUSIVE when no run's peak
-# success reaches 0.05.
+# Score: late validation success per seed, paired by seed. Table 2 is judged where the paper's
+# effect is, the generalisation columns (issue 16): on the new-vocabulary Sokoban and on FrozenLake
+# the most initial states with the fewest samples each beats the fewest states (MDE 0.1); on the
+# training env the same pair is an equivalence check (no worse by more than 0.1). Table 3: 5
+# actions per turn beats 7 and is no worse than 1 (margin 0.1). Fig. 10: online-1 beats online-5
+# and online-10 (MDE 0.1). Each row INCONCLUSIVE at the env's floor or ceiling or under-powered.
+# Headline: the two Table 2 generalisation rows. (The P×N arms are found from the data: the smoke
+# profile shrinks P and N.)
 
 # %%
+import pandas as pd
 from IPython.display import display
 
 from ragen_lib import analysis, experiments, plots
-
-
-def judge(df):
-    metric = analysis.success_metric(df)
-    late = analysis.late_table(df, metric, "variant").set_index("variant")[f"late {metric}"].to_dict()
-    peak = max(analysis.peak_final(analysis.series(df, metric, variant=v))[0] for v in late)
-    pxn = df[df["study"] == "pxn"].drop_duplicates("run_id")
-    most, fewest = (
-        variant(pxn.loc[pxn["cfg.train.groups"].idxmax()]),
-        variant(pxn.loc[pxn["cfg.train.groups"].idxmin()]),
-    )  # the smoke profile shrinks P×N
-    diversity = late[most] >= late[fewest]
-    granularity = (
-        late["5 actions/turn"] > late["7 actions/turn"] and late["5 actions/turn"] >= late["1 actions/turn"]
-    )
-    freshness = late["online-1"] >= late["online-5"] and late["online-1"] >= late["online-10"]
-    measured = {f"{v} late {metric}": s for v, s in late.items()}
-    measured.update(
-        {
-            "Table 2: more states, fewer samples, wins": diversity,
-            "Table 3: 5 actions/turn best of 1/5/7": granularity,
-            "Fig. 10: fresh rollouts win": freshness,
-        }
-    )
-    paper = {
-        "Table 2: more states, fewer samples, wins": True,
-        "Table 3: 5 actions/turn best of 1/5/7": True,
-        "Fig. 10: fresh rollouts win": True,
-    }
-    if not peak >= 0.05:
-        status, reason = analysis.INCONCLUSIVE, "no run reached 0.05 success"
-    elif diversity and granularity and freshness:
-        status, reason = analysis.REPRODUCED, "all three rollout-quality effects hold"
-    else:
-        failed = [
-            k
-            for k, ok in (("Table 2", diversity), ("Table 3", granularity), ("Fig. 10", freshness))
-            if not ok
-        ]
-        status, reason = analysis.NOT_REPRODUCED, f"{', '.join(failed)} did not hold"
-    return analysis.Verdict(
-        df.attrs["finding"],
-        "diverse, moderately granular, fresh rollouts train best",
-        status,
-        measured,
-        paper,
-        reason,
-    )
 
 
 def variant(r):
@@ -101,10 +55,100 @@ def variant(r):
     return f"online-{int(r['cfg.train.online_k'])}"
 
 
+def studies(df):
+    """The rows; Table 2's arms are the P×N points with the most and the fewest initial states."""
+    pxn = df[df["study"] == "pxn"]
+    most = {"variant": variant(pxn.loc[pxn["cfg.train.groups"].idxmax()])} if len(pxn) else {"variant": "?"}
+    fewest = {"variant": variant(pxn.loc[pxn["cfg.train.groups"].idxmin()])} if len(pxn) else {"variant": "?"}
+    c = analysis.Claim
+    return [
+        (
+            c(
+                "table2 newvocab",
+                "Table 2: more states win on the new-vocabulary Sokoban",
+                "val/success/sokoban-newvocab",
+                0.1,
+                env="sokoban-newvocab",
+            ),
+            most,
+            fewest,
+        ),
+        (
+            c(
+                "table2 frozenlake",
+                "Table 2: more states win on FrozenLake",
+                "val/success/frozenlake",
+                0.1,
+                env="frozenlake",
+            ),
+            most,
+            fewest,
+        ),
+        (
+            c(
+                "table2 train equivalence",
+                "Table 2: more states no worse on Sokoban itself",
+                "val/success",
+                0.1,
+                env="sokoban",
+                kind="noninferiority",
+                margin=0.1,
+            ),
+            most,
+            fewest,
+        ),
+        (
+            c("table3 5 vs 7", "Table 3: 5 actions/turn beat 7", "val/success", 0.1, env="sokoban"),
+            {"variant": "5 actions/turn"},
+            {"variant": "7 actions/turn"},
+        ),
+        (
+            c(
+                "table3 5 vs 1",
+                "Table 3: 5 actions/turn no worse than 1",
+                "val/success",
+                0.1,
+                env="sokoban",
+                kind="noninferiority",
+                margin=0.1,
+            ),
+            {"variant": "5 actions/turn"},
+            {"variant": "1 actions/turn"},
+        ),
+        (
+            c(
+                "fig10 online-1 vs 5",
+                "Fig. 10: fresh rollouts beat online-5",
+                "val/success",
+                0.1,
+                env="sokoban",
+            ),
+            {"variant": "online-1"},
+            {"variant": "online-5"},
+        ),
+        (
+            c(
+                "fig10 online-1 vs 10",
+                "Fig. 10: fresh rollouts beat online-10",
+                "val/success",
+                0.1,
+                env="sokoban",
+            ),
+            {"variant": "online-1"},
+            {"variant": "online-10"},
+        ),
+    ]
+
+
+PRIMARY = ["table2 newvocab", "table2 frozenlake"]
+
+
 # %%
 df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["variant"] = df.apply(variant, axis=1)
+STUDIES = studies(df)
+print(analysis.criteria(STUDIES))
 
 # %%
 metric = analysis.success_metric(df)
@@ -123,11 +167,29 @@ for study, title in (
     ("actions", "Table 3: actions per turn"),
     ("online", "Fig. 10: freshness (online-k)"),
 ):
-    fig = plots.curves(df[df["study"] == study], [metric, "reward/group_std"], hue="variant", title=title)
+    part = df[df["study"] == study]
+    shown = [metric, *[c for c in val_cols if c != metric and part[c].notna().any()], "reward/group_std"]
+    fig = plots.curves(part, shown, hue="variant", title=title)
     figures.append(plots.save(fig, profile, f"{finding}_{study}"))
+pxn = df[df["study"] == "pxn"]
+columns = [c for c in val_cols if pxn[c].notna().any()]
+seeded = pd.concat(
+    [plots.per_seed(pxn, c, ["variant"]).rename(columns={c: "success"}).assign(column=c) for c in columns]
+)
+bar = plots.bars(
+    seeded,
+    "column",
+    "success",
+    hue="variant",
+    title="Table 2: late validation success per column",
+    metric="val/success",
+)
+figures.append(plots.save(bar, profile, f"{finding}_table2"))
 
 # %%
-verdict = judge(df)
+verdict = analysis.decide(
+    df, "more initial states, fewer samples each, generalise better (Table 2)", STUDIES, PRIMARY
+)
 verdict.figures = figures
 verdict_file = verdict.write(profile, df.attrs["wall_s"])
 

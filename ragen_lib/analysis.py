@@ -1,20 +1,55 @@
-"""Verdict arithmetic on the metrics DataFrame (pure pandas; no plotting).
+"""Verdicts on the metrics DataFrame (pure pandas/numpy; no plotting).
 
-Every notebook writes its criterion as code with these helpers before it looks at a result, then
-calls `Verdict.write` so that `make report` can collect the verdicts into REPORT.md.
+A notebook states its sub-claims as `Claim`s before it looks at a result (the metric, how a run is
+scored, the direction, the minimum effect the study can detect, the mechanism that must act), then
+`judge(df, claim, a, b)` turns each into one `Row`: REPRODUCED / NOT REPRODUCED / INCONCLUSIVE (with
+the reason) or PILOT (run at pilot scale: figures and numbers, no verdict). `Verdict` holds the
+rows and the headline, a stated rule over them (`headline`), and writes both for `make report`.
+
+How a row is decided, in this order (the first that applies wins):
+1. PILOT when a run of either arm is not judged in this profile (`judged` column, profiles.yaml).
+2. INCONCLUSIVE "no runs" when an arm has no data.
+3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert in arm a
+   (`clip`: clip fraction below 1%, or one optimizer step per batch so the ratio is always 1;
+   `filter`: the filter kept every episode).
+4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
+   success (floor) or of its expert success (ceiling), from `baselines.reference_success`.
+5. INCONCLUSIVE "censored" (collapse claims): no run of either arm collapsed inside the horizon.
+6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
+   0.5^n >= alpha; or, for success rates, a predicted 95% CI half-width from episode sampling alone
+   (p = 0.5) wider than the MDE.
+7. The effect: mean over seeds of (a − b) × direction, paired by seed where both arms ran it; its
+   95% CI from a two-level bootstrap (seeds with replacement, then each seed's episodes: a success
+   rate from n binary episodes is redrawn as Binomial(n, rate) / n, which is exactly resampling those
+   episodes), with a fixed RNG seed. REPRODUCED when the CI's low end is above 0 (above −margin for
+   non-inferiority) and, for a sign-test claim, the sign test's p < alpha; NOT REPRODUCED when the
+   CI's high end is below the MDE (below −margin for non-inferiority: the effect the study could
+   see is excluded); INCONCLUSIVE otherwise.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ragen_lib import runs
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
+PILOT = "PILOT"  # run at pilot scale in this profile: figures and numbers, no verdict
+#: Fixed RNG seed of every bootstrap, so a verdict is a function of the data alone.
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_DRAWS = 2000
+#: Collapse (issue 16): the 5-step moving average of training success below half its running peak
+#: for at least 5 steps, or the format-valid rate (same smoothing) below 0.5 for at least 5 steps.
+COLLAPSE_WINDOW, COLLAPSE_PERSIST, COLLAPSE_FRAC, FORMAT_FLOOR = 5, 5, 0.5, 0.5
+#: A mechanism acted when its clip fraction reached this much (clip claims).
+MIN_CLIP_FRAC = 0.01
+MIN_SEEDS = 3
 
 
 def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
@@ -141,32 +176,469 @@ def early_late_reasoning(samples: pd.DataFrame, width: int = 160) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+# ---- collapse, censored at the horizon ----
+
+
+def _first_sustained(flag: pd.Series, persist: int) -> int | None:
+    """First index where `flag` holds for `persist` consecutive points."""
+    run = 0
+    for step, f in flag.items():
+        run = run + 1 if f else 0
+        if run >= persist:
+            return int(flag.index[flag.index.get_loc(step) - persist + 1])
+    return None
+
+
+def collapse(
+    success: pd.Series, format_valid: pd.Series | None = None, *, window: int = COLLAPSE_WINDOW
+) -> int | None:
+    """Step where a run collapsed, or None (censored: no collapse inside the horizon).
+
+    Collapse: the `window`-step moving average of training success stays below half its running
+    peak for at least COLLAPSE_PERSIST steps, or the format-valid rate (same smoothing) stays
+    below 0.5 for as long after having reached 0.5 (a run that never answered in format did not
+    collapse: it never learned). The step returned is the first step of that stretch."""
+    s = success.dropna().sort_index()
+    steps = []
+    if len(s):
+        ma = s.rolling(window, min_periods=1).mean()
+        peak = ma.cummax()
+        steps.append(_first_sustained((peak > 0) & (ma < COLLAPSE_FRAC * peak), COLLAPSE_PERSIST))
+    if format_valid is not None and format_valid.notna().any():
+        f = format_valid.dropna().sort_index().rolling(window, min_periods=1).mean()
+        steps.append(_first_sustained((f.cummax() >= FORMAT_FLOOR) & (f < FORMAT_FLOOR), COLLAPSE_PERSIST))
+    found = [x for x in steps if x is not None]
+    return min(found) if found else None
+
+
+# ---- the claim, per-seed scores, the bootstrap, the sign test ----
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One sub-claim, written before the data: arm a beats arm b (direction +1) on `metric`.
+
+    score: "late" (mean over the last third of the logged points), "peak", "median" (median over
+    steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: wall time),
+    "slope" (least-squares slope per step), "collapse" (the step of `collapse`, censored at the
+    horizon; metric is the training success) or "lead" (collapse step − the step `indicator` first
+    fell below half its early maximum, `drop_step`; 0 when it never fell; censored without collapse).
+    Judged with b=None, a one-arm claim compares the score against 0.
+    mde: the minimum detectable effect, in the score's units. kind: "superiority" or
+    "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" or "filter",
+    checked on arm a. env: whose floor and ceiling bound a success score (None: not a success)."""
+
+    id: str
+    text: str
+    metric: str
+    mde: float
+    score: str = "late"
+    direction: int = 1
+    kind: str = "superiority"
+    margin: float = 0.0
+    env: str | None = None
+    mechanism: str | None = None
+    test: str = "bootstrap"  # or "sign": the sign test over seeds must reach p < alpha too
+    alpha: float = 0.05
+    indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
+
+    def criterion(self) -> str:
+        """The criterion in words, as printed before the data."""
+        sign = ">" if self.direction > 0 else "<"
+        if self.kind == "noninferiority":
+            rule = f"a {sign}= b − {self.margin:g} (non-inferiority margin)"
+        else:
+            rule = f"a {sign} b, minimum detectable effect {self.mde:g}"
+        return f"{self.id}: {self.score} {self.metric}: {rule}; test {self.test}, alpha {self.alpha:g}"
+
+
 @dataclass
-class Verdict:
-    notebook: str
+class Row:
+    """One sub-claim's verdict: the status, its reason, the effect with its CI and the design."""
+
+    id: str
     claim: str
     status: str
-    measured: dict
-    paper: dict
     reason: str
-    figures: list[str] = field(default_factory=list)
+    effect: float = float("nan")
+    ci: tuple[float, float] = (float("nan"), float("nan"))
+    a: float = float("nan")
+    b: float = float("nan")
+    seeds: list = field(default_factory=list)
+    steps: int | None = None
+    val_size: int | None = None
+    temperature: float | None = None
+    power: str = ""
+    criterion: str = ""
 
     def __str__(self) -> str:
-        rows = "\n".join(
-            f"  {k:<40} measured {_fmt(self.measured.get(k))}   paper {_fmt(v)}"
-            for k, v in self.paper.items()
+        effect = ""
+        if self.effect == self.effect:
+            ci = "" if self.ci[0] != self.ci[0] else f" [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}]"
+            effect = f" effect {self.effect:+.3g}{ci} (a {_fmt(self.a)}, b {_fmt(self.b)})"
+        return (
+            f"{self.status}: {self.claim}{effect}\n    why: {self.reason}\n    design: {design(self)}; "
+            f"{self.power}"
         )
-        extra = "\n".join(
-            f"  {k:<40} measured {_fmt(v)}" for k, v in self.measured.items() if k not in self.paper
+
+
+def design(row: Row) -> str:
+    return (
+        f"seeds {row.seeds or '—'}, steps {_fmt(row.steps)}, validation states {_fmt(row.val_size)}, "
+        f"temperature {_fmt(row.temperature)}"
+    )
+
+
+def sign_test(k: int, n: int) -> float:
+    """One-sided sign test: P(at least k of n seeds favour a | no effect). Ties are dropped by the
+    caller. The smallest p with n seeds is 0.5^n: 3 seeds cannot go below 0.125, 5 reach 0.031."""
+    if n == 0:
+        return 1.0
+    return float(sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n)
+
+
+def _n_eval(part: pd.DataFrame, metric: str) -> int:
+    """Episodes behind one logged value of `metric`: validation states, or P × N of training."""
+    first = part.iloc[0]
+    if metric.startswith("val/"):
+        return int(first.get("cfg.train.val_size", 1) or 1)
+    return int((first.get("cfg.train.groups", 1) or 1) * (first.get("cfg.train.group_size", 1) or 1))
+
+
+def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
+    """One row per seed of `df` (one arm): seed, score, the late points it averaged (for the
+    bootstrap), episodes per point, whether the run was censored (collapse scores)."""
+    rows = []
+    for seed, part in df.groupby("cfg.train.seed", sort=True):
+        part = part.sort_values("step")
+        v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
+        horizon = int(part["step"].max()) + 1
+        points, censored = np.array([]), False
+        if claim.score in ("collapse", "lead"):
+            fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
+            step = collapse(v, fmt)
+            censored = step is None
+            score = float(horizon if censored else step)
+            if claim.score == "lead":
+                ind = part.set_index("step")[claim.indicator] if claim.indicator in part else pd.Series([])
+                drop = drop_step(ind)
+                score = float("nan") if censored else float(step - drop if drop is not None else 0)
+        elif v.empty:
+            score = float("nan")
+        elif claim.score == "late":
+            points = v.iloc[-max(1, round(len(v) / 3)) :].to_numpy(float)
+            score = float(points.mean())
+        elif claim.score == "peak":
+            score = float(v.max())
+        elif claim.score == "median":
+            score = float(v.median())
+        elif claim.score == "max":
+            score = float(v.max())
+        elif claim.score == "total":
+            score = float(v.sum())
+        elif claim.score == "slope":
+            score = slope(v)
+        else:
+            raise ValueError(f"unknown score {claim.score!r}: late|peak|median|max|total|slope|collapse|lead")
+        rows.append(
+            {
+                "seed": seed,
+                "score": score,
+                "points": points,
+                "n": _n_eval(part, claim.metric),
+                "censored": censored,
+                "horizon": horizon,
+            }
         )
-        return f"{self.status}: {self.claim}\n{rows}\n{extra}\n  why: {self.reason}".replace("\n\n", "\n")
+    return pd.DataFrame(rows, columns=["seed", "score", "points", "n", "censored", "horizon"])
+
+
+def _is_rate(claim: Claim) -> bool:
+    return claim.score == "late" and ("success" in claim.metric or "format_valid" in claim.metric)
+
+
+def bootstrap_ci(
+    a: pd.DataFrame, b: pd.DataFrame, claim: Claim, *, paired: bool, draws: int = BOOTSTRAP_DRAWS
+) -> tuple[float, float]:
+    """95% CI of mean(a) − mean(b) (× direction): seeds resampled with replacement (pairs kept
+    together when paired), then, for a success rate, each late point's episodes (Binomial(n, p)/n
+    is a resample of n binary episodes with success rate p). Fixed RNG seed (BOOTSTRAP_SEED)."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    rate = _is_rate(claim)
+
+    def redraw(rows: pd.DataFrame, idx: np.ndarray) -> float:
+        vals = []
+        for i in idx:
+            r = rows.iloc[i]
+            if rate and len(r["points"]):
+                p = np.clip(r["points"], 0.0, 1.0)
+                vals.append(float((rng.binomial(int(r["n"]), p) / int(r["n"])).mean()))
+            else:
+                vals.append(float(r["score"]))
+        return float(np.mean(vals))
+
+    out = np.empty(draws)
+    for d in range(draws):
+        ia = rng.integers(0, len(a), len(a))
+        ib = ia if paired else rng.integers(0, len(b), len(b))
+        out[d] = (redraw(a, ia) - redraw(b, ib)) * claim.direction
+    lo, hi = np.percentile(out, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+# ---- mechanisms, floor and ceiling ----
+
+
+def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
+    """Why the manipulated mechanism did not act in `df` (one arm), or None when it did."""
+    if mechanism is None:
+        return None
+    if mechanism == "clip":
+        steps = df["policy/optimizer_steps"].dropna() if "policy/optimizer_steps" in df else pd.Series([])
+        if len(steps) and (steps <= 1).all():
+            return "one optimizer step per batch: the ratio is 1, the clip never acts"
+        cols = [c for c in ("policy/clip_frac_low", "policy/clip_frac_high") if c in df]
+        frac = float(df[cols].sum(axis=1, min_count=1).mean()) if cols else float("nan")
+        if not frac >= MIN_CLIP_FRAC:
+            return f"clip fraction {_fmt(frac)} < {MIN_CLIP_FRAC:.0%}: the clip hardly acted"
+        return None
+    if mechanism == "filter":
+        if "rollout/kept" not in df:
+            return "no rollout/kept logged"
+        total = df["cfg.train.groups"] * df["cfg.train.group_size"]
+        if (df["rollout/kept"].dropna() >= total.loc[df["rollout/kept"].dropna().index]).all():
+            return "the filter kept every episode"
+        return None
+    raise ValueError(f"unknown mechanism {mechanism!r}: clip | filter")
+
+
+def reference(env: str | None, n: int = 64) -> tuple[float, float] | None:
+    """(floor, ceiling) of `env`'s success: random-policy and expert success within the action
+    budget (baselines.reference_success on its first `n` validation states)."""
+    if env is None:
+        return None
+    from ragen_lib import baselines
+
+    ref = baselines.reference_success(env, n=n)
+    return float(ref["random"]), float(ref["expert"])
+
+
+# ---- one sub-claim → one row ----
+
+
+def _select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    part = df
+    for col, value in where.items():
+        part = part[part[col].isin(value) if isinstance(value, list | tuple | set) else part[col] == value]
+    return part
+
+
+def _design(part: pd.DataFrame) -> dict:
+    def one(col):
+        vals = part[col].dropna().unique() if col in part else []
+        return (
+            vals[0].item()
+            if len(vals) == 1 and hasattr(vals[0], "item")
+            else (vals[0] if len(vals) else None)
+        )
+
+    return {
+        "seeds": sorted(int(s) for s in part["cfg.train.seed"].unique()) if "cfg.train.seed" in part else [],
+        "steps": int(part["step"].max()) + 1 if len(part) else None,
+        "val_size": one("cfg.train.val_size"),
+        "temperature": one("cfg.rollout.temperature"),
+    }
+
+
+def judge(
+    df: pd.DataFrame,
+    claim: Claim,
+    a: dict,
+    b: dict | None,
+    *,
+    floor_ceiling: tuple[float, float] | None | str = "env",
+) -> Row:
+    """Judge `claim` on arm a (rows matching `a`, column → value or list) against arm b.
+
+    floor_ceiling: (floor, ceiling) of the success score; "env" (default) looks them up for
+    `claim.env` with `reference`; None skips the check. See the module docstring for the order."""
+    A = _select(df, a)
+    B = A if b is None else _select(df, b)  # one arm: its score against 0
+    d = _design(pd.concat([A, B]))
+    row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
+    row.power = power_statement(claim, A, B)
+    if "judged" in df and len(A) and len(B) and not (A["judged"].all() and B["judged"].all()):
+        return replace(
+            row, status=PILOT, reason="pilot scale in this profile: figures and numbers, no verdict"
+        )
+    if (
+        A.empty
+        or B.empty
+        or claim.metric not in df
+        or (A[claim.metric].isna().all() and claim.score != "collapse")
+    ):
+        which = (
+            "arm a has no runs"
+            if A.empty
+            else "arm b has no runs"
+            if B.empty
+            else f"no {claim.metric} logged"
+        )
+        return replace(
+            row,
+            reason=f"no data: {which} (peak memory is measured on CUDA only)"
+            if claim.metric.startswith("memory/") and not A.empty and not B.empty
+            else f"no data: {which}",
+        )
+    why = mechanism_inactive(A, claim.mechanism)
+    if why:
+        return replace(row, reason=f"mechanism did not act ({claim.mechanism}): {why}")
+    sa = seed_scores(A, claim)
+    if claim.score == "lead" and sa["censored"].all():
+        return replace(row, reason=f"censored: no run collapsed within {int(sa['horizon'].max())} steps")
+    sb = (
+        sa.assign(score=0.0, points=[np.array([])] * len(sa), censored=False)
+        if b is None
+        else seed_scores(B, claim)
+    )
+    sa, sb = sa.dropna(subset=["score"]), sb.dropna(subset=["score"])
+    if sa.empty or sb.empty:
+        return replace(row, reason="no scores")
+    shared = sorted(set(sa["seed"]) & set(sb["seed"]))
+    paired = len(shared) >= 1 and len(shared) == len(sa) == len(sb)
+    if paired:
+        sa, sb = (
+            sa.set_index("seed").loc[shared].reset_index(),
+            sb.set_index("seed").loc[shared].reset_index(),
+        )
+    row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
+    row.effect = (row.a - row.b) * claim.direction
+    fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
+    if claim.score not in ("collapse", "lead") and b is not None and fc is not None:
+        floor, ceiling = fc
+        fc_name = claim.env or "this task"
+        if max(row.a, row.b) <= floor + claim.mde:
+            return replace(
+                row,
+                reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "
+                f"({floor:.3g}) on {fc_name} by more than the MDE {claim.mde:g}",
+            )
+        if min(row.a, row.b) >= ceiling - claim.mde:
+            return replace(
+                row,
+                reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} "
+                f"of the expert ({ceiling:.3g}) on {fc_name}",
+            )
+    if claim.score == "collapse" and sa["censored"].all() and sb["censored"].all():
+        return replace(
+            row,
+            effect=float("nan"),
+            reason=f"censored: no run of either arm collapsed within {int(sa['horizon'].max())} steps",
+        )
+    short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
+    if short:
+        return replace(row, reason=f"under-powered: {short}")
+    row.ci = bootstrap_ci(sa, sb, claim, paired=paired)
+    lo, hi = row.ci
+    diffs = (sa["score"].to_numpy() - sb["score"].to_numpy()) * claim.direction if paired else np.array([])
+    p = sign_test(int((diffs > 0).sum()), int((diffs != 0).sum())) if paired else float("nan")
+    if claim.kind == "noninferiority":
+        if lo > -claim.margin:
+            return replace(row, status=REPRODUCED, reason=f"CI low {lo:+.3g} above −margin {-claim.margin:g}")
+        if hi < -claim.margin:
+            return replace(
+                row, status=NOT_REPRODUCED, reason=f"CI high {hi:+.3g} below −margin {-claim.margin:g}"
+            )
+        return replace(row, reason=f"CI [{lo:+.3g}, {hi:+.3g}] straddles the margin {-claim.margin:g}")
+    sign_ok = claim.test != "sign" or p < claim.alpha
+    if lo > 0 and sign_ok:
+        extra = f", sign test p {p:.3g}" if paired else ""
+        return replace(row, status=REPRODUCED, reason=f"CI above 0{extra}")
+    if hi < claim.mde:
+        return replace(
+            row,
+            status=NOT_REPRODUCED,
+            reason=f"CI high {hi:+.3g} below the MDE {claim.mde:g}: the claimed effect is excluded",
+        )
+    return replace(row, reason=f"CI [{lo:+.3g}, {hi:+.3g}] covers both 0 and the MDE {claim.mde:g}")
+
+
+def underpowered(claim: Claim, n_seeds: int, points: pd.DataFrame | None = None) -> str | None:
+    """Why the study cannot decide `claim` at its declared MDE, or None."""
+    if n_seeds < MIN_SEEDS:
+        return f"{n_seeds} seed(s) < {MIN_SEEDS}: no seed-to-seed spread to judge against"
+    if claim.test == "sign" and 0.5**n_seeds >= claim.alpha:
+        return f"a sign test over {n_seeds} seeds cannot reach p < {claim.alpha:g} (min p {0.5**n_seeds:.3g})"
+    if _is_rate(claim) and points is not None and len(points):
+        episodes = float(sum(len(r["points"]) * r["n"] for _, r in points.iterrows()))
+        half = 1.96 * math.sqrt(2 * 0.25 / max(episodes, 1))
+        if half > claim.mde:
+            return (
+                f"predicted 95% CI half-width {half:.3g} from {episodes:.0f} episodes per arm "
+                f"> MDE {claim.mde:g}"
+            )
+    return None
+
+
+def power_statement(claim: Claim, A: pd.DataFrame, B: pd.DataFrame) -> str:
+    """The design's power for the declared MDE, in words (printed with every row)."""
+    n = min(A["cfg.train.seed"].nunique() if len(A) else 0, B["cfg.train.seed"].nunique() if len(B) else 0)
+    reach = "can" if 0.5**n < claim.alpha else "cannot"
+    return f"power: MDE {claim.mde:g} declared; {n} seed(s), a sign test {reach} reach p < {claim.alpha:g}"
+
+
+# ---- the notebook's verdict: rows + a headline rule ----
+
+
+def headline(rows: list[Row], primary: list[str]) -> tuple[str, str]:
+    """The notebook's status from its primary rows: REPRODUCED when all of them are, NOT REPRODUCED
+    when any is (and none is INCONCLUSIVE), PILOT when all are pilot; else INCONCLUSIVE."""
+    by = {r.id: r for r in rows}
+    missing = [p for p in primary if p not in by]
+    if missing:
+        raise ValueError(f"headline names unknown rows {missing}; rows: {list(by)}")
+    st = [by[p].status for p in primary]
+    if all(s == PILOT for s in st):
+        return PILOT, "every primary sub-claim ran at pilot scale"
+    judged = [s for s in st if s != PILOT]
+    if all(s == REPRODUCED for s in judged):
+        return REPRODUCED, "every judged primary sub-claim reproduced"
+    if NOT_REPRODUCED in judged and INCONCLUSIVE not in judged:
+        return NOT_REPRODUCED, "a primary sub-claim was not reproduced"
+    return INCONCLUSIVE, "a primary sub-claim is inconclusive"
+
+
+@dataclass
+class Verdict:
+    """A notebook's verdict: one row per sub-claim and a headline from `rule` (the primary rows)."""
+
+    notebook: str
+    claim: str
+    rows: list[Row]
+    primary: list[str]
+    rule: str = (
+        "REPRODUCED when every judged primary row is; NOT REPRODUCED when one is not and none is "
+        "inconclusive; else INCONCLUSIVE (PILOT rows left out)"
+    )
+    figures: list[str] = field(default_factory=list)
+    measured: dict = field(default_factory=dict)  # extra numbers shown, not judged
+    status: str = ""
+    reason: str = ""
+
+    def __post_init__(self):
+        self.status, self.reason = headline(self.rows, self.primary)
+
+    def __str__(self) -> str:
+        head = f"{self.status}: {self.claim}\n  rule: {self.rule} (primary: {', '.join(self.primary)})"
+        rows = "\n".join(f"  [{r.id}] {r}" for r in self.rows)
+        extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
+        return "\n".join(x for x in (head, rows, extra) if x)
 
     def write(self, profile: str, wall_s: float | None = None) -> Path:
         out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(
-            json.dumps({**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}, indent=1, default=str)
-        )
+        data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
+        out.write_text(json.dumps(data, indent=1, default=str))
         return out
 
 
@@ -179,17 +651,18 @@ def _fmt(v) -> str:
 
 
 def report(profile: str) -> Path:
-    """outputs/<profile>/REPORT.md: one row per notebook verdict, with numbers and figure links."""
+    """outputs/<profile>/REPORT.md: one row per sub-claim (verdict, effect and CI, power, design),
+    PILOT rows marked; the device, commit and wall time on top."""
     import torch
 
     base = runs.output_root(profile)
-    rows = [json.loads(p.read_text()) for p in sorted((base / "verdicts").glob("*.json"))]
+    verdicts = [json.loads(p.read_text()) for p in sorted((base / "verdicts").glob("*.json"))]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     lines = [
         f"# Replication report: profile `{profile}`",
         "",
         f"Device: {device}. Commit: {runs.git_commit()}. Total wall time of the notebooks: "
-        f"{sum(r.get('wall_s') or 0 for r in rows) / 60:.1f} min.",
+        f"{sum(v.get('wall_s') or 0 for v in verdicts) / 60:.1f} min.",
         "",
     ]
     if profile == "smoke":
@@ -198,11 +671,52 @@ def report(profile: str) -> Path:
             "its verdicts say nothing about the paper's findings.**",
             "",
         ]
-    lines += ["| notebook | claim | verdict | measured vs paper | figures |", "|---|---|---|---|---|"]
-    for r in rows:
-        nums = "; ".join(f"{k}: {_fmt(r['measured'].get(k))} vs {_fmt(v)}" for k, v in r["paper"].items())
-        figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in r["figures"])
-        lines.append(f"| {r['notebook']} | {r['claim']} | **{r['status']}** | {nums} | {figs} |")
+    lines += [
+        "| notebook | sub-claim | verdict | effect [95% CI] | why | power | design | figures |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v in verdicts:
+        figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in v.get("figures", []))
+        lines.append(
+            f"| {v['notebook']} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
+            f"**{v['status']}** | | "
+            f"{v['reason']} | | | {figs} |"
+        )
+        for r in v.get("rows", []):  # a verdict written before rows existed has none
+            eff = r["effect"]
+            effect = (
+                ""
+                if eff is None or eff != eff
+                else f"{eff:+.3g}"
+                + ("" if r["ci"][0] != r["ci"][0] else f" [{r['ci'][0]:+.3g}, {r['ci'][1]:+.3g}]")
+            )
+            status = "PILOT (no verdict)" if r["status"] == PILOT else r["status"]
+            d = design(Row(**{**r, "ci": tuple(r["ci"])}))
+            lines.append(
+                f"| {v['notebook']} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
+                f"{r['power']} | {d} | |"
+            )
     out = base / "REPORT.md"
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def criteria(studies: list[tuple[Claim, dict, dict | None]]) -> str:
+    """The criteria of a notebook's sub-claims, one line each (printed before any result)."""
+    return "\n".join(
+        f"- {c.criterion()}; a = {a}; b = {b if b is not None else '0 (one arm)'}" for c, a, b in studies
+    )
+
+
+def decide(
+    df: pd.DataFrame,
+    claim: str,
+    studies: list[tuple[Claim, dict, dict | None]],
+    primary: list[str],
+    *,
+    measured: dict | None = None,
+    floor_ceiling="env",
+) -> Verdict:
+    """Judge every (Claim, arm a, arm b) and build the notebook's verdict (`df.attrs["finding"]`)."""
+    rows = [judge(df, c, a, b, floor_ceiling=floor_ceiling) for c, a, b in studies]
+    return Verdict(df.attrs.get("finding", "?"), claim, rows, primary, measured=measured or {})

@@ -10,6 +10,13 @@ without a dot in a variant are labels (e.g. `study`): they become DataFrame colu
 Order of application: defaults ← base ← profile ← variant, so a variant's own values always win.
 A variant with `profiles: [paper]` runs only in those profiles.
 
+What a profile can decide: its `judged` key is `all` (every grid point is judged) or a list of
+entries `{finding, where, seeds, overrides}`; a grid point of `finding` whose merged values match
+`where` (dotted key → value or list of values; a key the point does not set matches null) runs with
+those seeds and overrides (applied after the profile's) and is judged. Every other point runs once
+at the profile's pilot scale and is labelled `judged: False`: the notebook draws it and reports
+its numbers as PILOT, with no verdict (`analysis.judge`). Each run carries the `judged` label.
+
 The grid's runs train in worker processes (`run_grid`, `worker_slots`): `runs_per_device` per GPU,
 or sharing the CPU cores. Ctrl-C (Jupyter's stop button) or SIGTERM stops a grid within seconds:
 queued runs are cancelled, the workers stopped (they also die with their parent), and every
@@ -51,7 +58,7 @@ def load_profile(profile: str, path: Path | None = None) -> dict:
     if profile not in data:
         raise ValueError(f"unknown profile {profile!r}; valid profiles: {', '.join(data)}")
     prof = data[profile]
-    valid = ("seeds", "overrides", "runs_per_device", "max_episodes_per_step")
+    valid = ("seeds", "overrides", "runs_per_device", "max_episodes_per_step", "judged")
     unknown = set(prof) - set(valid)
     if unknown:
         raise ValueError(
@@ -62,7 +69,39 @@ def load_profile(profile: str, path: Path | None = None) -> dict:
         "overrides": dict(prof.get("overrides") or {}),
         "runs_per_device": int(prof.get("runs_per_device", 1)),
         "max_episodes_per_step": prof.get("max_episodes_per_step"),
+        "judged": _check_judged(profile, prof.get("judged", "all")),
     }
+
+
+def _check_judged(profile: str, judged):
+    if judged == "all":
+        return "all"
+    if not isinstance(judged, list):
+        raise ValueError(
+            f"profile {profile!r}: judged is `all` or a list of {{finding, where, seeds, overrides}}"
+        )
+    valid = {"finding", "where", "seeds", "overrides"}
+    for entry in judged:
+        if not isinstance(entry, dict) or "finding" not in entry or set(entry) - valid:
+            raise ValueError(
+                f"profile {profile!r}: judged entry {entry!r} needs `finding` and may have only "
+                f"{', '.join(sorted(valid))}"
+            )
+    return judged
+
+
+def judged_entry(prof: dict, finding: str, merged: dict) -> dict | None:
+    """The profile's judged entry that a grid point (its merged dotted values and labels) matches:
+    {} when the profile judges everything, None when the point runs as a pilot."""
+    if prof["judged"] == "all":
+        return {}
+    for entry in prof["judged"]:
+        if entry["finding"] != finding:
+            continue
+        where = entry.get("where") or {}
+        if all(merged.get(k) in v if isinstance(v, list) else merged.get(k) == v for k, v in where.items()):
+            return entry
+    return None
 
 
 def cap_batch(overrides: dict, cap: int | None) -> dict:
@@ -187,10 +226,14 @@ def variants(
             continue
         labels = {k: v for k, v in point.items() if "." not in k}
         dotted = {k: v for k, v in point.items() if "." in k}
-        for seed in seeds if seeds is not None else prof["seeds"]:
+        entry = judged_entry(prof, path.stem, {**(spec.get("base") or {}), **labels, **dotted})
+        labels["judged"] = entry is not None
+        entry = entry or {}
+        for seed in seeds if seeds is not None else entry.get("seeds", prof["seeds"]):
             merged = {
                 **(spec.get("base") or {}),
                 **prof["overrides"],
+                **(entry.get("overrides") or {}),
                 **overrides,
                 **dotted,
                 "train.seed": seed,
@@ -493,6 +536,43 @@ def finished_bytes(cfg: config.Config, device: str | None = None) -> int:
     return t.steps * METRIC_LINE_BYTES + samples + weights
 
 
+_BENCH_SHAPE = r"(\d+)×(\d+), ≤(\d+) turns × (\d+) tokens"
+
+
+def measured_step(cuda: bool, bench_dir: Path | None = None) -> dict | None:
+    """Seconds per train step measured by `make bench` (outputs/bench/<device>.json: cpu.json for
+    a CPU plan, any other file for a GPU one) and the step's shape, or None when nothing was
+    measured. Shape: P, N, turns, tokens per turn of the measured step."""
+    import json
+    import re
+
+    bench_dir = bench_dir or ROOT / "outputs" / "bench"
+    files = sorted(bench_dir.glob("*.json")) if bench_dir.exists() else []
+    files = [f for f in files if (f.stem != "cpu") == cuda]
+    for f in files:
+        data = json.loads(f.read_text())
+        for row in data.get("rows", []):
+            if row.get("what") == "train step: time/step":
+                m = re.search(_BENCH_SHAPE, row.get("note", ""))
+                shape = tuple(int(x) for x in m.groups()) if m else None
+                model = data.get("header", {}).get("model", "?")
+                return {"s_per_step": float(row["value"]), "shape": shape, "file": f"{f.name} ({model})"}
+    return None
+
+
+def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
+    """Rough training seconds of `cfg`: the measured seconds per step scaled linearly by episodes ×
+    turns × tokens per turn against the measured step's shape (validation and warm-up excluded)."""
+    if bench is None:
+        return None
+    scale = 1.0
+    if bench["shape"]:
+        p, n, turns, tokens = bench["shape"]
+        ours = cfg.train.groups * cfg.train.group_size * cfg.rollout.max_turns * cfg.rollout.max_new_tokens
+        scale = ours / (p * n * turns * tokens)
+    return bench["s_per_step"] * scale * cfg.train.steps
+
+
 def plan(profile: str, *, root=None, names: list[str] | None = None, device: str | None = None) -> dict:
     """A profile's plan as data: per finding the runs, those already finished, the steps still to
     train and the disk they need; and for the whole plan the need and the free space. A running
@@ -507,10 +587,18 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
         todo = [c for p, c in unique.items() if not (p / runs.DONE).exists()]
         ckpt = max((checkpoint_bytes(c, device) for c in todo), default=0)
+        judged = {runs.run_dir(root, finding, c) for c, labels in pairs if labels.get("judged")}
+        cuda = any(c.model.device != "cpu" for c in todo) and (device or "cuda") != "cpu"
+        bench = measured_step(cuda)
+        est = [estimate_seconds(c, bench) for c in todo]
         rows.append(
             {
                 "finding": finding,
                 "runs": len(unique),
+                "judged": len(judged),
+                "pilot": len(unique) - len(judged),
+                "minutes": None if bench is None else sum(est) / 60 / max(1, min(workers, len(todo))),
+                "bench": None if bench is None else bench["file"],
                 "done": len(unique) - len(todo),
                 "to_train": len(todo),
                 "steps": sum(c.train.steps for c in todo),
@@ -541,23 +629,47 @@ def format_plan(p: dict) -> str:
 
     cols = (
         ("runs", 5),
+        ("judged", 7),
+        ("pilot", 6),
         ("done", 5),
         ("to train", 9),
         ("steps", 7),
+        ("est. min", 9),
         ("checkpoint", 11),
         ("peak", 9),
         ("left", 9),
     )
+
+    def minutes(m):
+        return "—" if m is None else f"{m:.0f}"
+
     head = f"{'finding':<26} " + " ".join(f"{c:>{w}}" for c, w in cols)
     lines = [f"plan of profile {p['profile']} → {p['root']} ({p['workers']} worker(s) per grid)", head]
     for r in p["findings"]:
         lines.append(
-            f"{r['finding']:<26} {r['runs']:>5} {r['done']:>5} {r['to_train']:>9} {r['steps']:>7} "
+            f"{r['finding']:<26} {r['runs']:>5} {r['judged']:>7} {r['pilot']:>6} {r['done']:>5} "
+            f"{r['to_train']:>9} {r['steps']:>7} {minutes(r['minutes']):>9} "
             f"{size(r['checkpoint_bytes']):>11} {size(r['peak_bytes']):>9} {size(r['left_bytes']):>9}"
         )
     todo = sum(r["to_train"] for r in p["findings"])
+    known = [r["minutes"] for r in p["findings"] if r["to_train"]]
+    benches = sorted({r["bench"] for r in p["findings"] if r["bench"]})
+    if known and all(m is not None for m in known):
+        est = (
+            f"estimated {sum(known):.0f} min of training (outputs/bench/{', '.join(benches)}: the measured "
+            "s/step scaled by episodes × turns × tokens; validation and warm-ups not included)"
+        )
+    elif todo:
+        est = "estimated minutes: no measurement (run `make bench` on this machine)"
+    else:
+        est = "nothing left to train"
     lines.append(
         f"{todo} runs, {sum(r['steps'] for r in p['findings'])} steps to train; disk needed "
         f"{size(p['need_bytes'])} (largest peak + what finished runs keep), free {size(p['free_bytes'])}"
+    )
+    lines.append(est)
+    lines.append(
+        f"{sum(r['judged'] for r in p['findings'])} runs judged, {sum(r['pilot'] for r in p['findings'])} "
+        "pilot runs (figures and numbers, no verdict)"
     )
     return "\n".join(lines)

@@ -1,32 +1,122 @@
-"""One seaborn look for every figure; curves with a seed band and the format-valid rate beside."""
+"""Figures a reviewer can trust: one look, one palette and legend per figure, fixed rate axes.
+
+Rules every figure follows (issue 16): one palette and `hue_order` shared by all panels and one
+legend for the figure, in natural (numeric) order; success and format-valid axes fixed to [0, 1];
+sparse series (validation) drawn with markers; axis labels from `metrics.label`; the env's chance
+(random play) and best-possible (expert) success as reference lines; every seed drawn thin and the
+mean over seeds bold, with the seed count in the title; error bars (95% CI over seeds) on every
+bar; no offset notation on any axis.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from ragen_lib import runs
 from ragen_lib.metrics import label
 
 ROOT = Path(__file__).resolve().parent.parent
+SEED = "cfg.train.seed"
+ENV = "cfg.env.name"
 
 
 def theme() -> None:
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
 
 
+def axis_name(column: str) -> str:
+    """A readable axis name: the metric's label, or a config column's last part ("cfg.env.name" → "env")."""
+    if column.startswith("cfg."):
+        parts = column.split(".")
+        return parts[-2] if parts[-1] == "name" else parts[-1].replace("_", " ")
+    return label(column)
+
+
+def natural_key(value) -> tuple:
+    """Sort key that orders the numbers inside labels by value: "top 25%" < "top 100%", "k=2" < "k=10"."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", str(value))
+    return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts)
+
+
+def order(values) -> list:
+    return sorted(pd.Series(values).dropna().unique(), key=natural_key)
+
+
+def palette(hue_order: list) -> dict:
+    """One colour per hue value, shared by every panel of a figure."""
+    colours = sns.color_palette("colorblind", max(len(hue_order), 1))
+    return {h: colours[i % len(colours)] for i, h in enumerate(hue_order)}
+
+
+def is_rate(metric: str) -> bool:
+    return "success" in metric or "format_valid" in metric
+
+
+def _env_of(metric: str, part: pd.DataFrame) -> str | None:
+    """The env whose success `metric` measures in this panel (None when several)."""
+    if metric.startswith("val/success/"):
+        return metric.split("/", 2)[2]
+    if "success" in metric and ENV in part:
+        envs = part[ENV].dropna().unique()
+        return str(envs[0]) if len(envs) == 1 else None
+    return None
+
+
+def _references(ax, env: str | None) -> None:
+    if env is None:
+        return
+    try:
+        from ragen_lib import baselines
+
+        ref = baselines.reference_success(env, n=64)
+    except Exception:  # an env without a floor (unknown name): no lines, not a failed figure
+        return
+    ax.axhline(ref["random"], color="0.45", ls="--", lw=1, zorder=1)
+    ax.axhline(ref["expert"], color="0.2", ls=":", lw=1.2, zorder=1)
+
+
+def _plain(ax) -> None:
+    """No offset or scientific notation: the ticks show the values themselves."""
+    for axis in ("x", "y"):
+        try:
+            ax.ticklabel_format(axis=axis, useOffset=False, style="plain")
+        except AttributeError:  # a categorical axis has no ScalarFormatter
+            pass
+
+
+def seeds_text(df: pd.DataFrame, hue: str) -> str:
+    if SEED not in df:
+        return "seeds: unknown"
+    n = df.groupby(hue)[SEED].nunique() if hue in df else pd.Series([df[SEED].nunique()])
+    lo, hi = int(n.min()), int(n.max())
+    return f"{lo} seed{'s' if hi > 1 else ''} per line" if lo == hi else f"{lo}–{hi} seeds per line"
+
+
 def curves(
-    df: pd.DataFrame, metrics: list[str], hue: str, *, col: str | None = None, title: str = ""
+    df: pd.DataFrame,
+    metrics: list[str],
+    hue: str,
+    *,
+    col: str | None = None,
+    title: str = "",
+    hue_order: list | None = None,
 ) -> plt.Figure:
-    """One row per metric (rollout/format_valid always added last), one column per `col` value; lines
-    by `hue`, the band is the spread over seeds. The warm-up each run had goes in the title."""
+    """One row per metric (rollout/format_valid always added last), one column per `col` value;
+    one colour per `hue` value (the same in every panel), each seed thin, the seeds' mean bold."""
     theme()
     fmt = "rollout/format_valid"
     metrics = [m for m in metrics if m in df] + ([fmt] if fmt not in metrics else [])
-    cols = sorted(df[col].dropna().unique()) if col else [None]
+    hue_order = hue_order or order(df[hue])
+    colours = palette(hue_order)
+    cols = order(df[col]) if col else [None]
     fig, axes = plt.subplots(
         len(metrics), len(cols), figsize=(4.2 * len(cols), 2.6 * len(metrics)), squeeze=False, sharex=True
     )
@@ -34,37 +124,104 @@ def curves(
         part = df if c is None else df[df[col] == c]
         for i, m in enumerate(metrics):
             ax = axes[i][j]
-            data = part.dropna(subset=[m])
-            if len(data):
-                sns.lineplot(
-                    data=data,
-                    x="step",
-                    y=m,
-                    hue=hue,
-                    ax=ax,
-                    errorbar=("pi", 100),
-                    legend=(i == 0 and j == len(cols) - 1),
+            data = part.dropna(subset=[m]) if m in part else part.iloc[:0]
+            sparse = len(data) and data.groupby("run_id")["step"].nunique().max() < part["step"].nunique()
+            for h in hue_order:
+                d = data[data[hue] == h]
+                if d.empty:
+                    continue
+                for _, seed_part in d.groupby(SEED if SEED in d else "run_id"):
+                    seed_part = seed_part.sort_values("step")
+                    ax.plot(seed_part["step"], seed_part[m], color=colours[h], lw=0.7, alpha=0.35)
+                mean = d.groupby("step")[m].mean()
+                ax.plot(
+                    mean.index, mean.values, color=colours[h], lw=2.2, marker="o" if sparse else None, ms=4
                 )
+            if is_rate(m):
+                ax.set_ylim(-0.03, 1.03)
+                _references(ax, _env_of(m, part))
+            _plain(ax)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
             ax.set_ylabel(label(m))
+            ax.set_xlabel("step" if i == len(metrics) - 1 else "")
+    handles = [Line2D([], [], color=colours[h], lw=2.2) for h in hue_order]
+    names = [str(h) for h in hue_order]
+    if any(is_rate(m) and "success" in m for m in metrics):
+        handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
+        names += ["random play (chance)", "expert (best possible)"]
+    fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     col_w = "cfg.train.warmup"
     warm = ", ".join(sorted(df[col_w].dropna().astype(str).unique())) if col_w in df else "none"
-    fig.suptitle(f"{title}  (warm-up: {warm})", y=1.0)
+    fig.suptitle(f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean); warm-up: {warm}", y=1.0)
     _stamp(fig, df)
     fig.tight_layout()
     return fig
 
 
-def bars(df: pd.DataFrame, x: str, y: str, *, hue: str | None = None, title: str = "") -> plt.Figure:
+def bars(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    *,
+    hue: str | None = None,
+    title: str = "",
+    ylabel: str | None = None,
+    metric: str | None = None,
+) -> plt.Figure:
+    """Bars of the mean over seeds with 95% CI error bars over seeds (one row of `df` per seed and
+    bar; a bar from one seed has no error bar, and the title says how many seeds there were).
+    `metric`: the metric `y` summarises (fixes a rate axis to [0, 1] and names the axis)."""
     theme()
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    sns.barplot(data=df, x=x, y=y, hue=hue, ax=ax, errorbar=None)
-    ax.set_title(title)
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    x_order = order(df[x])
+    hue_order = order(df[hue]) if hue else None
+    sns.barplot(
+        data=df,
+        x=x,
+        y=y,
+        hue=hue,
+        order=x_order,
+        hue_order=hue_order,
+        palette=palette(hue_order) if hue else None,
+        color=None if hue else sns.color_palette("colorblind")[0],
+        errorbar=("ci", 95),
+        seed=0,
+        capsize=0.15,
+        err_kws={"linewidth": 1.2},
+        ax=ax,
+    )
+    n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
+    seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
+    ax.set_title(f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% CI over seeds")
+    m = metric or y
+    if is_rate(m):
+        ax.set_ylim(0, 1)
+    ax.set_ylabel(ylabel or label(m))
+    ax.set_xlabel(axis_name(x))
+    _plain(ax)
     if df[x].nunique() > 3:  # long variant names overlap otherwise
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    if hue:
+        ax.legend(title=None, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _stamp(fig, df)
     fig.tight_layout()
     return fig
+
+
+def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") -> pd.DataFrame:
+    """One row per (by..., seed): the seed's late mean (last third of its logged points) or median
+    of `metric`: the input of `bars`, whose error bars are then over seeds."""
+    rows = []
+    keys = [*by, SEED]
+    for key, part in df.dropna(subset=[metric]).groupby(keys, sort=True):
+        v = part.sort_values("step")[metric]
+        val = float(v.iloc[-max(1, round(len(v) / 3)) :].mean()) if score == "late" else float(np.median(v))
+        rows.append({**dict(zip(keys, key)), metric: val})
+    out = pd.DataFrame(rows, columns=[*keys, metric])
+    if "profile" in df:
+        out["profile"] = df["profile"].iloc[0]
+    return out
 
 
 def _stamp(fig, df: pd.DataFrame) -> None:

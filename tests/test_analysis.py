@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -64,16 +65,237 @@ def test_early_late_reasoning_prefers_a_seed_logged_at_both_steps():
     assert list(t["when"]) == ["early", "late"]
 
 
+def runs_df(arms: dict, *, seeds=(0, 1, 2, 3, 4), steps=30, val_size=128, **cols):
+    """Synthetic runs: arms maps an arm name to a function (seed, step) -> success (or a constant);
+    every run logs training and validation success, format-valid 1, and `cols` (column -> value)."""
+    rows = []
+    for arm, f in arms.items():
+        for seed in seeds:
+            for step in range(steps):
+                v = f(seed, step) if callable(f) else f
+                rows.append(
+                    {
+                        "arm": arm,
+                        "cfg.train.seed": seed,
+                        "step": step,
+                        "rollout/success": v,
+                        "val/success": v,
+                        "rollout/format_valid": 1.0,
+                        "cfg.train.val_size": val_size,
+                        "cfg.train.groups": 8,
+                        "cfg.train.group_size": 8,
+                        "cfg.rollout.temperature": 1.0,
+                        "policy/clip_frac_low": 0.05,
+                        "policy/clip_frac_high": 0.05,
+                        "policy/optimizer_steps": 4,
+                        "rollout/kept": 16,
+                        **cols,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+LATE = analysis.Claim("late", "a beats b", "val/success", mde=0.1)
+UNIT = (0.0, 1.0)  # floor and ceiling of a task where random play never succeeds
+
+
+def test_collapse_is_a_sustained_drop_of_the_moving_average_below_half_its_running_peak():
+    up_down = s([0.8] * 10 + [0.0] * 10)  # MA5 first below 0.4 at step 12 (0.8 * 2 / 5 = 0.32)
+    assert analysis.collapse(up_down) == 12
+    blip = s([0.8] * 10 + [0.0] * 2 + [0.8] * 8)  # below half for fewer than 5 steps: no collapse
+    assert analysis.collapse(blip) is None
+    assert analysis.collapse(s([0.0] * 20)) is None  # never learned, nothing to collapse
+    fmt = s([1.0] * 10 + [0.2] * 10)  # format-valid MA5 below 0.5 from step 12 (1*2+0.2*3)/5=0.52, 13
+    assert analysis.collapse(s([0.5] * 20), fmt) == 13
+    assert analysis.collapse(s([0.5] * 20), s([0.1] * 20)) is None  # never formatted: not a collapse
+
+
+def test_sign_test_smallest_p_by_seed_count():
+    assert analysis.sign_test(3, 3) == 0.125 and analysis.sign_test(5, 5) == 0.03125
+    assert analysis.sign_test(4, 5) == pytest.approx(6 / 32)
+    assert analysis.sign_test(0, 0) == 1.0
+
+
+def test_clear_effect_in_five_of_five_seeds_is_reproduced():
+    df = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": 0.3})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED, row
+    assert row.effect == pytest.approx(0.42)
+    assert 0 < row.ci[0] < 0.42 < row.ci[1]
+    assert row.seeds == [0, 1, 2, 3, 4] and row.steps == 30 and row.val_size == 128 and row.temperature == 1.0
+    assert "seeds [0, 1, 2, 3, 4], steps 30, validation states 128, temperature 1" in str(row)
+    assert "a sign test can reach p < 0.05" in row.power
+
+
+def test_the_reverse_effect_is_not_reproduced():
+    df = runs_df({"a": 0.3, "b": lambda seed, step: 0.7 + 0.01 * seed})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.NOT_REPRODUCED, row
+    assert row.ci[1] < 0.1 and row.reason.startswith("CI high")
+
+
+def test_a_noisy_small_difference_is_inconclusive_not_a_decision():
+    rng = np.random.default_rng(1)
+    noise = {seed: rng.normal(0, 0.15) for seed in range(5)}
+    df = runs_df({"a": lambda seed, step: 0.5 + noise[seed], "b": 0.45})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and "covers both 0 and the MDE" in row.reason
+
+
+def test_censored_pair_is_inconclusive():
+    claim = analysis.Claim("collapse", "a collapses later", "rollout/success", mde=5, score="collapse")
+    df = runs_df({"a": 0.6, "b": 0.6})  # neither arm ever collapses within 30 steps
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == "censored: no run of either arm collapsed within 30 steps"
+
+
+def test_collapse_order_in_every_seed_is_reproduced_by_the_sign_test():
+    claim = analysis.Claim("collapse", "a later", "rollout/success", mde=5, score="collapse", test="sign")
+    df = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 10 else 0.0})
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
+    # b collapses at step 12 in every seed; a is censored at the horizon (30): effect 18 steps
+    assert row.status == analysis.REPRODUCED and row.effect == 18 and "sign test p 0.0312" in row.reason
+    four = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 10 else 0.0}, seeds=(0, 1, 2, 3))
+    row4 = analysis.judge(four, claim, {"arm": "a"}, {"arm": "b"})
+    assert row4.status == analysis.INCONCLUSIVE and "cannot reach p < 0.05 (min p 0.0625)" in row4.reason
+
+
+def test_tie_at_ceiling_is_inconclusive():
+    df = runs_df({"a": 1.0, "b": 0.98})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "ceiling: both arms (1, 0.98) within the MDE 0.1 of the expert (1)"
+    )
+
+
+def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
+    claim = analysis.Claim("late", "a beats b", "val/success", mde=0.1, env="bandit")
+    df = runs_df({"a": 0.55, "b": 0.5})  # Bandit: random play succeeds half the time
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE
+    assert (
+        row.reason
+        == "floor: neither arm (0.55, 0.5) above random play (0.5) on bandit by more than the MDE 0.1"
+    )
+    # the same numbers on a task whose floor is 0 are judged: 6400 episodes per arm resolve 0.05
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
+
+
+def test_inactive_mechanism_is_inconclusive():
+    clip = analysis.Claim("clip", "clip-higher helps", "val/success", mde=0.1, mechanism="clip")
+    df = runs_df({"a": 0.7, "b": 0.3})
+    assert (
+        analysis.judge(df, clip, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == analysis.REPRODUCED
+    )
+    rare = df.assign(**{"policy/clip_frac_low": 0.002, "policy/clip_frac_high": 0.003})
+    row = analysis.judge(rare, clip, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == "mechanism did not act (clip): clip fraction 0.005 < 1%: the clip hardly acted"
+    one_step = df.assign(**{"policy/optimizer_steps": 1})
+    row = analysis.judge(one_step, clip, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason.endswith("one optimizer step per batch: the ratio is 1, the clip never acts")
+    filt = analysis.Claim("filter", "filtering helps", "val/success", mde=0.1, mechanism="filter")
+    assert (
+        analysis.judge(df, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == analysis.REPRODUCED
+    )
+    kept_all = df.assign(**{"rollout/kept": 64})
+    row = analysis.judge(kept_all, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason == "mechanism did not act (filter): the filter kept every episode"
+
+
+def test_one_seed_is_under_powered_even_with_a_large_effect():
+    df = runs_df({"a": 0.9, "b": 0.1}, seeds=(0,))
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == "under-powered: 1 seed(s) < 3: no seed-to-seed spread to judge against"
+    assert "1 seed(s), a sign test cannot reach p < 0.05" in row.power
+
+
+def test_too_few_validation_episodes_for_the_declared_effect_is_under_powered():
+    df = runs_df({"a": 0.7, "b": 0.6}, seeds=(0, 1, 2), steps=3, val_size=4)
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    # 3 seeds x 1 late point x 4 episodes = 12 episodes: 1.96 * sqrt(0.5 / 12) = 0.4 > 0.1
+    assert (
+        row.status == analysis.INCONCLUSIVE
+        and "predicted 95% CI half-width 0.4 from 12 episodes" in row.reason
+    )
+
+
+def test_non_inferiority_and_pilot_and_headline():
+    ni = analysis.Claim("ni", "a no worse", "val/success", mde=0.1, kind="noninferiority", margin=0.1)
+    df = runs_df({"a": 0.58, "b": 0.6})
+    assert (
+        analysis.judge(df, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == analysis.REPRODUCED
+    )
+    worse = runs_df({"a": 0.3, "b": 0.6})
+    assert (
+        analysis.judge(worse, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status
+        == analysis.NOT_REPRODUCED
+    )
+    pilot = df.assign(judged=df["arm"] == "a")
+    row = analysis.judge(pilot, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.PILOT
+    rep = analysis.Row("x", "x", analysis.REPRODUCED, "")
+    inc = analysis.Row("y", "y", analysis.INCONCLUSIVE, "")
+    nr = analysis.Row("z", "z", analysis.NOT_REPRODUCED, "")
+    pil = analysis.Row("p", "p", analysis.PILOT, "")
+    assert analysis.headline([rep, inc], ["x"])[0] == analysis.REPRODUCED  # y is not primary
+    assert analysis.headline([rep, inc], ["x", "y"])[0] == analysis.INCONCLUSIVE
+    assert analysis.headline([rep, nr], ["x", "z"])[0] == analysis.NOT_REPRODUCED
+    assert analysis.headline([pil, rep], ["p", "x"])[0] == analysis.REPRODUCED
+    assert analysis.headline([pil], ["p"])[0] == analysis.PILOT
+    with pytest.raises(ValueError, match="unknown rows"):
+        analysis.headline([rep], ["nope"])
+
+
+def test_bootstrap_is_deterministic():
+    rng = np.random.default_rng(3)
+    noise = {seed: rng.normal(0, 0.1) for seed in range(5)}
+    df = runs_df({"a": lambda seed, step: 0.6 + noise[seed], "b": 0.4})
+    r1 = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    r2 = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert r1.ci == r2.ci
+
+
 def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
-    v = analysis.Verdict(
-        "09_x", "a claim", analysis.NOT_REPRODUCED, {"k": 0.25, "extra": 3}, {"k": 0.5}, "why"
-    )
+    df = runs_df({"a": 0.9, "b": 0.1}, seeds=(0,))
+    rows = [
+        analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT),
+        analysis.Row("p", "a pilot comparison", analysis.PILOT, "pilot scale"),
+    ]
+    v = analysis.Verdict("09_x", "a claim", rows, primary=["late"], measured={"extra": 3})
+    assert v.status == analysis.INCONCLUSIVE
     out = v.write("smoke", wall_s=12.0)
     assert out == tmp_path / "smoke" / "verdicts" / "09_x.json"
     data = json.loads(out.read_text())
-    assert data["status"] == "NOT REPRODUCED" and data["wall_s"] == 12.0
-    assert "k" in str(v) and "measured 0.25   paper 0.5" in str(v)
+    assert data["status"] == "INCONCLUSIVE" and data["wall_s"] == 12.0 and len(data["rows"]) == 2
+    assert "under-powered: 1 seed(s)" in str(v) and "extra: 3" in str(v)
     report = analysis.report("smoke").read_text()
-    assert "| 09_x | a claim | **NOT REPRODUCED** | k: 0.25 vs 0.5 |" in report
-    assert "Smoke profile" in report
+    assert "| 09_x | **headline**: a claim" in report
+    assert "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 | under-powered: 1 seed(s)" in report
+    assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report
+    assert "Smoke profile" in report and "Device:" in report and "Commit:" in report
+
+
+def test_one_arm_claims_lead_and_slope_against_zero():
+    # success collapses at step 12 in every seed; the reward std halves at step 6: lead 6 steps
+    df = runs_df({"a": lambda seed, step: 0.6 if step < 10 else 0.0})
+    df["reward/group_std"] = [0.4 if step < 6 else 0.1 for step in df["step"]]
+    lead = analysis.Claim(
+        "lead", "std warns first", "rollout/success", mde=2, score="lead", indicator="reward/group_std"
+    )
+    row = analysis.judge(df, lead, {"arm": "a"}, None)
+    assert row.status == analysis.REPRODUCED and row.effect == 6
+    flat = runs_df({"a": 0.6})
+    flat["reward/group_std"] = 0.4
+    row = analysis.judge(flat, lead, {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason == "censored: no run collapsed within 30 steps"
+    slope = analysis.Claim("slope", "shortens", "val/success", mde=0.001, score="slope", direction=-1)
+    falling = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
+    row = analysis.judge(falling, slope, {"arm": "a"}, None)
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.01)
+    rising = runs_df({"a": lambda seed, step: 0.1 + 0.01 * step})
+    assert analysis.judge(rising, slope, {"arm": "a"}, None).status == analysis.NOT_REPRODUCED

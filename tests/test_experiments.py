@@ -1,6 +1,7 @@
 """Experiments: grid files, profiles, variants, the plan, and training a grid in worker processes
 (reuse, failures, interrupts)."""
 
+import json
 import os
 import re
 import shutil
@@ -62,7 +63,7 @@ def test_grid_order_defaults_base_profile_variant_and_labels(tmp_path):
     finding, points = experiments.variants(grid, "smoke", seeds=[0, 1])
     assert finding == "g" and len(points) == 4  # the file's name is the finding's
     cfg, labels = points[0]
-    assert labels == {"study": "a"}
+    assert labels == {"study": "a", "judged": True}  # smoke judges every point
     assert cfg.rollout.max_new_tokens == 5  # the variant beats the profile's 8
     assert cfg.train.steps == 3  # the profile beats the base's 7
     assert cfg.algo.filter_keep == 0.25  # base algo.name's preset
@@ -208,8 +209,9 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
 
     p = experiments.plan("smoke", root=tmp_path, names=["03_uncertainty_filtering"], device="cpu")
     [row] = p["findings"]
-    # 2 envs × 7 variants, 3 steps each
-    assert (row["runs"], row["done"], row["to_train"], row["steps"]) == (14, 0, 14, 42)
+    # 2 envs × 7 variants + the Bandit filter pair, 3 steps each
+    assert (row["runs"], row["done"], row["to_train"], row["steps"]) == (16, 0, 16, 48)
+    assert (row["judged"], row["pilot"]) == (16, 0)  # smoke judges everything (one seed: INCONCLUSIVE)
     cfg = experiments.variants("03_uncertainty_filtering", "smoke")[1][0][0]
     assert row["checkpoint_bytes"] == experiments.checkpoint_bytes(cfg, "cpu")
     assert row["peak_bytes"] == p["workers"] * 2 * row["checkpoint_bytes"]
@@ -229,6 +231,41 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     )
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 3
     assert "error: the plan needs" in capsys.readouterr().err
+
+
+def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots():
+    _, pairs = experiments.variants("01_instability", "quick")
+    judged = [(c, lab) for c, lab in pairs if lab["judged"]]
+    pilot = [(c, lab) for c, lab in pairs if not lab["judged"]]
+    bandit = [c for c, lab in judged if c.env.name == "bandit"]
+    sokoban = [c for c, lab in judged if c.env.name == "sokoban"]
+    assert sorted({c.train.seed for c in bandit}) == [0, 1, 2, 3] and len(bandit) == 8  # PPO, GRPO
+    assert {(c.train.steps, c.train.val_every, c.train.val_size) for c in bandit} == {(150, 5, 128)}
+    assert sorted({c.train.seed for c in sokoban}) == [0, 1, 2] and {c.train.steps for c in sokoban} == {50}
+    assert all(lab["study"] == "paper-mask" for _, lab in judged)
+    # FrozenLake and every response-mask run: one seed at the pilot scale
+    assert len(pilot) == 8 and {(c.train.seed, c.train.steps) for c, _ in pilot} == {(0, 30)}
+    _, apo = experiments.variants("07_apo_vs_starpo", "quick")
+    judged_apo = {(c.env.name, c.algo.name, c.algo.apo_refresh_every) for c, lab in apo if lab["judged"]}
+    assert judged_apo == {("sokoban", "apo", 0), ("sokoban", "starpo-ppo", 0), ("sokoban", "starpo-grpo", 0)}
+
+
+def test_plan_estimates_minutes_from_the_measured_step(tmp_path):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    assert experiments.measured_step(cuda=True, bench_dir=bench) is None
+    row = {
+        "what": "train step: time/step",
+        "value": 2.0,
+        "note": "Sokoban, starpo-ppo, 2×4, ≤2 turns × 32 tokens",
+    }
+    (bench / "h100.json").write_text(json.dumps({"header": {"model": "m"}, "rows": [row]}))
+    b = experiments.measured_step(cuda=True, bench_dir=bench)
+    assert b["s_per_step"] == 2.0 and b["shape"] == (2, 4, 2, 32) and b["file"] == "h100.json (m)"
+    assert experiments.measured_step(cuda=False, bench_dir=bench) is None  # a GPU figure is no CPU one
+    cfg = experiments.variants("01_instability", "smoke")[1][0][0]  # 2 × 2, 2 turns × 8 tokens, 3 steps
+    assert experiments.estimate_seconds(cfg, b) == pytest.approx(2.0 * (4 * 2 * 8) / (8 * 2 * 32) * 3)
+    assert experiments.estimate_seconds(cfg, None) is None
 
 
 # --- interrupting a grid -------------------------------------------------------------------------

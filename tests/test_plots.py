@@ -1,0 +1,77 @@
+"""Figure rules (issue 16) checked on the matplotlib objects, not by eye."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+
+from ragen_lib import plots  # noqa: E402
+
+
+def runs_df():
+    rows = []
+    for env in ("bandit", "sokoban"):
+        for keep in ("top 100%", "top 25%", "top 5%"):
+            for seed in (0, 1):
+                for step in range(6):
+                    rows.append(
+                        {
+                            "run_id": f"{env}-{keep}-{seed}",
+                            "cfg.env.name": env,
+                            "variant": keep,
+                            "cfg.train.seed": seed,
+                            "step": step,
+                            "rollout/success": 0.9 + 0.001 * step,
+                            "val/success": 0.5 if step % 3 == 0 else None,
+                            "rollout/format_valid": 1.0,
+                            "policy/entropy": 1000.0 + 0.001 * step,  # offset notation would kick in
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def test_natural_order_puts_numbers_in_numeric_order():
+    assert plots.order(["top 100%", "top 25%", "top 5%", "top 50%"]) == [
+        "top 5%",
+        "top 25%",
+        "top 50%",
+        "top 100%",
+    ]
+    assert plots.order(["k=10", "k=2", "k=1"]) == ["k=1", "k=2", "k=10"]
+
+
+def test_curves_share_colours_across_panels_fix_rate_axes_and_draw_one_legend():
+    fig = plots.curves(
+        runs_df(), ["rollout/success", "val/success", "policy/entropy"], hue="variant", col="cfg.env.name"
+    )
+    axes = fig.axes
+    success = [ax for ax in axes if ax.get_ylabel() == plots.label("rollout/success")]
+    assert len(success) == 2 and all(ax.get_ylim() == (-0.03, 1.03) for ax in success)  # not 0.9-0.905
+    # the bold (mean) lines: same colour for the same variant in both env columns
+    bold = [[tuple(line.get_color()) for line in ax.lines if line.get_linewidth() > 2] for ax in success]
+    assert bold[0][:3] == bold[1][:3] and len(set(bold[0][:3])) == 3
+    # thin seed lines: 2 seeds x 3 variants per panel
+    assert sum(line.get_linewidth() < 1 for line in success[0].lines) == 6
+    val = [ax for ax in axes if ax.get_ylabel() == plots.label("val/success")][0]
+    assert any(line.get_marker() == "o" for line in val.lines)  # sparse validation: markers
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in axes)
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert names[:3] == ["top 5%", "top 25%", "top 100%"] and "random play (chance)" in names
+    assert "2 seeds per line" in fig._suptitle.get_text()
+    entropy = [ax for ax in axes if ax.get_ylabel() == plots.label("policy/entropy")][0]
+    fig.canvas.draw()
+    assert entropy.yaxis.get_major_formatter().get_offset() == ""  # no offset notation
+
+
+def test_bars_have_error_bars_over_seeds():
+    df = runs_df()
+    seeded = plots.per_seed(df, "rollout/success", ["variant"])
+    assert len(seeded) == 6  # 3 variants x 2 seeds (envs pooled per seed)
+    fig = plots.bars(seeded, "variant", "rollout/success", title="t")
+    ax = fig.axes[0]
+    assert len(ax.lines) >= 3  # one error bar per bar
+    assert ax.get_ylim() == (0.0, 1.0) and "2 seed(s) per bar" in ax.get_title()
+    assert (
+        plots.axis_name("cfg.env.name") == "env" and plots.axis_name("cfg.algo.filter_keep") == "filter keep"
+    )
