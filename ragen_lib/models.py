@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ragen_lib import work
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -211,6 +212,7 @@ class ValueModel(nn.Module):
         setattr(self, COMPUTE_DTYPE, compute_dtype(policy))
 
     def forward(self, input_ids, attention_mask):
+        work.count_forward(attention_mask)
         with autocast(self):
             h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         with torch.autocast(h.device.type, enabled=False):  # returns up to ~10: keep fp32's resolution
@@ -227,6 +229,7 @@ def forward_logp(model, ids, attn, mask, *, with_entropy: bool):
     update, so this is the main saving in memory and time. ids, attn, mask (B, T) → (B, T) float32
     (entropies too, or None). The transformer runs under `autocast(model)`, the head in float32.
     """
+    work.count_forward(attn, mask)
     with autocast(model):
         hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
     target = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
