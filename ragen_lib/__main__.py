@@ -68,7 +68,8 @@ def _run(args) -> int:
 def _bench(args) -> int:
     from ragen_lib import bench
 
-    bench.run(args.model, args.device, args.out, quick=args.quick)
+    only = tuple(x for x in (args.only or "").split(",") if x) or None
+    bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
     return 0
 
 
@@ -270,6 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     bench.add_argument("--out", default="outputs/bench", help="writes <out>/<device>.md and .json")
     bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
+    bench.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated sections (load,generation,prefill,update,train,trl,work,memory)",
+    )
+    bench.add_argument(
+        "--before", default=None, help="an earlier report's .json: its figures go beside these"
+    )
     warm = sub.add_parser(
         "warmup", help="run only a config's format warm-up; print the format-valid rate before and after"
     )

@@ -1,11 +1,18 @@
 """`make bench`: where the time goes on this machine, each figure beside its naive baseline.
 
     python -m ragen_lib bench [--model NAME] [--device cpu|cuda] [--out outputs/bench] [--quick]
+                              [--only work,generation,...] [--before OTHER.json]
 
 Writes <out>/<device>.md (a table) and <device>.json. Every row holds the figure, the target
 from issue #5 where there is one (targets are for one H100), and its ratio to the naive way of
 doing the same thing measured in the same run (>1 means faster than naive). Baselines are
 re-measured every run because a ratio taken across machines or versions means nothing.
+
+`work` rows (section `work`): one Sokoban training step (`WORK_SIZE`: 2×4 episodes, 2 turns, 64
+new tokens) under `ragen_lib.work.counting()`: the tokens each phase computed (decode steps per
+turn, prefill tokens, trained tokens, padding fractions), deterministic on CPU, beside its wall
+times. `--before X.json` adds the figures of an earlier run (an older commit, same machine, run
+just before) as a column and their ratio before/after: `make bench-before-after` does both.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from pathlib import Path
 import torch
 
 from ragen_lib import metrics as M
-from ragen_lib import models, runs
+from ragen_lib import models, runs, work
 
 # Workload per device. cuda is the paper's scale (P=8 prompts × N=16 samples, 400 tokens a turn,
 # 5 turns); cpu and quick only prove that every measurement runs.
@@ -67,6 +74,9 @@ SIZES = {
         trl_steps=1,
     ),
 }
+WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
+"""The work section's step: issue #17's real-model CPU row (2×4 episodes, 2 turns, 64 new tokens)."""
+SECTIONS = ("load", "generation", "prefill", "update", "train", "trl", "work", "memory")
 TRL_HINT = "trl not installed (pip install -e .[bench])"
 
 
@@ -78,6 +88,7 @@ class Row:
     target: str = ""
     vs_naive: float | None = None  # speed-up over the naive baseline of the same row group
     note: str = ""
+    before: float | None = None  # the same row of the `--before` run (an older commit, same machine)
 
 
 def slug(name: str) -> str:
@@ -181,7 +192,7 @@ def hf_generate(model, tok, prompts, new_tokens: int) -> None:
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
     )
-    with torch.no_grad():
+    with torch.no_grad(), models.autocast(model):  # the compute dtype ours runs in
         model.generate(input_ids=ids, attention_mask=attn, generation_config=cfg)
 
 
@@ -227,11 +238,13 @@ def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
     t_static = timed(lambda: ours_generate(model, tok, prompts, n, gs, kv_cache="static"), device, r)
     how = "CUDA graph per step" if device.startswith("cuda") else "eager (no CUDA graphs on CPU)"
     how = "; ".join([how] + [str(w.message) for w in caught])
-    # The fast path must decode what the plain one does; greedy tokens are the check.
-    greedy = [
-        ours_generate(model, tok, prompts, n, gs, kv_cache=c, temperature=0.0) for c in ("dynamic", "static")
-    ]
-    same = sum(a == b for a, b in zip(*greedy)) / B
+    # The fast path must compute what the plain one does: teacher-forced log-probs of the same
+    # sampled tokens by both decoders and the training forward (greedy identity is no test in bf16).
+    from ragen_lib.generation import logprob_agreement
+
+    sampled = ours_generate(model, tok, prompts, n, gs)
+    agree = logprob_agreement(model, prompts, sampled, pad_token_id=tok.pad_token_id)
+    worst = max(agree[k]["max_abs"] for k in ("static_vs_dynamic", "static_vs_forward", "dynamic_vs_forward"))
     tokens = B * n
     return [
         Row("generate: HF model.generate (naive)", tokens / t_hf, "tokens/s", vs_naive=1.0, note=shape),
@@ -251,7 +264,13 @@ def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
             vs_naive=t_hf / t_static,
             note=f"{shape}; {how}",
         ),
-        Row("generate: static = dynamic (greedy rows identical)", same, "fraction", "1.0", note=shape),
+        Row(
+            "generate: static vs dynamic vs forward log-probs, max |Δ|",
+            worst,
+            "nats",
+            f"≤ {agree['tolerance'][1]:g} ({agree['dtype']})",
+            note=f"{shape}; {agree['tokens']} tokens; ok={agree['ok']}",
+        ),
     ]
 
 
@@ -331,6 +350,85 @@ def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
         for k in ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")
     ]
     return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# e2. the work of one step, counted (deterministic on CPU), beside its times
+# ----------------------------------------------------------------------------------------------
+def work_step(name: str, device: str, size: dict | None = None) -> tuple[dict, dict]:
+    """(counters, metrics) of one StarPO-PPO Sokoban step of `size` (default `WORK_SIZE`)."""
+    from ragen_lib import trainer
+
+    size = {**WORK_SIZE, **(size or {})}
+    cfg = train_config(name, device, size, steps=1)
+    with work.counting() as c:
+        m = trainer.train(cfg, run=None, progress=False)[-1]
+    return c.plain(), m
+
+
+def work_rows(counters: dict, m: dict, size: dict | None = None) -> list[Row]:
+    """The work section's rows: counters first (deterministic), then wall times (not)."""
+    size = {**WORK_SIZE, **(size or {})}
+    r, f, u = (counters.get(p, {}) for p in ("rollout", "forward", "update"))
+    shape = (
+        f"Sokoban, starpo-ppo, {size['groups']}×{size['group_size']}, ≤{size['max_turns']} turns × "
+        f"{size['max_new_tokens']} tokens, {m.get('rollout/turns', float('nan')):.1f} turns done, 1 step"
+    )
+    per_call = r.get("decode_steps_per_call", [])
+    total = sum(
+        x.get(k, 0) for x, k in ((r, "prefill_tokens"), (r, "decode_row_steps"), (f, "tokens"), (u, "tokens"))
+    )
+    rows = [
+        Row(
+            "work: decode steps (sum over turns)",
+            r.get("decode_steps", 0),
+            "steps",
+            note=f"per turn {per_call}",
+        ),
+        Row(
+            "work: decode row-steps computed",
+            r.get("decode_row_steps", 0),
+            "row-steps",
+            note=f"{r.get('gen_tokens', 0)} tokens kept; padding "
+            f"{work.padding(r, 'decode_row_steps', 'gen_tokens'):.2f}",
+        ),
+        Row(
+            "work: prefill tokens computed",
+            r.get("prefill_tokens", 0),
+            "tokens",
+            note=f"{r.get('prefill_real', 0)} real; padding "
+            f"{work.padding(r, 'prefill_tokens', 'prefill_real'):.2f}",
+        ),
+        Row(
+            "work: no-grad forward tokens (old, ref, critic)",
+            f.get("tokens", 0),
+            "tokens",
+            note=f"{f.get('real', 0)} real, {f.get('calls', 0)} forwards; padding {work.padding(f):.2f}",
+        ),
+        Row(
+            "work: trained tokens (update fwd+bwd)",
+            u.get("tokens", 0),
+            "tokens",
+            note=f"{u.get('real', 0)} real, {u.get('calls', 0)} forwards; padding {work.padding(u):.2f}",
+        ),
+        Row(
+            "work: all token positions computed",
+            total,
+            "tokens",
+            "≥ 3× lower than before (issue #17)",
+            note=shape,
+        ),
+    ]
+    rows += [
+        Row(f"work: {k} (wall)", m[k], "s", note=shape)
+        for k in ("time/rollout", "time/forward", "time/update", "time/step")
+    ]
+    return rows
+
+
+def measure_work(name: str, device: str) -> list[Row]:
+    counters, m = work_step(name, device)
+    return work_rows(counters, m)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -506,15 +604,28 @@ def _fmt(v: float | None) -> str:
 def markdown(head: dict, rows: list[Row]) -> str:
     lines = [f"# Benchmark: {head['device']}", ""]
     lines += [f"- {k}: {v}" for k, v in head.items()]
+    with_before = any(r.before is not None for r in rows)
+    extra = " before | before / now |" if with_before else ""
     lines += [
         "",
-        "| what | figure | unit | target | vs naive | note |",
-        "| --- | ---: | --- | --- | ---: | --- |",
+        "| what | figure | unit | target | vs naive |" + extra + " note |",
+        "| --- | ---: | --- | --- | ---: |" + (" ---: | ---: |" if with_before else "") + " --- |",
     ]
     for r in rows:
         ratio = "—" if r.vs_naive is None else f"{r.vs_naive:.2f}×"
-        lines.append(f"| {r.what} | {_fmt(r.value)} | {r.unit} | {r.target or '—'} | {ratio} | {r.note} |")
+        cells = [r.what, _fmt(r.value), r.unit, r.target or "—", ratio]
+        if with_before:
+            gain = r.before / r.value if r.before is not None and r.value else None
+            cells += [_fmt(r.before), "—" if gain is None else f"{gain:.2f}×"]
+        lines.append("| " + " | ".join(cells + [r.note]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def attach_before(rows: list[Row], before: dict) -> None:
+    """Put the figure of the same row (by `what`) of an earlier report (its JSON) beside each row."""
+    old = {r["what"]: r["value"] for r in before["rows"]}
+    for r in rows:
+        r.before = old.get(r.what)
 
 
 def write(out: Path, head: dict, rows: list[Row]) -> Path:
@@ -532,8 +643,15 @@ def run(
     device: str | None = None,
     out: str | Path = "outputs/bench",
     quick: bool = False,
+    only: tuple[str, ...] | None = None,
+    before: str | Path | None = None,
 ) -> Path:
-    """Measure everything, one printed line per measurement, and write the report."""
+    """Measure every section (or `only` those of `SECTIONS`), one printed line per measurement, and
+    write the report; `before`: an earlier report's JSON whose figures go beside this run's."""
+    only = tuple(only or SECTIONS)
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"unknown bench sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     name = model or models.default_model()
     device = device or models.default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -545,6 +663,8 @@ def run(
     t_all = time.perf_counter()
 
     def step(label, fn):
+        if label not in only:
+            return
         t0 = time.perf_counter()
         got = fn()
         rows.extend(got)
@@ -562,16 +682,25 @@ def run(
         got, loaded["model"], loaded["tok"] = measure_load(name, device)
         return got
 
-    step("load", load)
-    m, tok = loaded["model"], loaded["tok"]
+    if set(only) & {"load", "generation", "prefill", "update"}:
+        if "load" in only:
+            step("load", load)
+        else:
+            loaded["model"], loaded["tok"] = models.load(name, device=device)
+    m, tok = loaded.get("model"), loaded.get("tok")
     step("generation", lambda: measure_generation(m, tok, device, size))
     step("prefill", lambda: measure_prefill(m, tok, device, size))
     step("update", lambda: measure_update(m, device, size))
     m = loaded["model"] = None  # free it: the trainer loads its own policy, reference and critic
-    step("train step", lambda: measure_train_step(name, device, size))
+    step("train", lambda: measure_train_step(name, device, size))
+    step("work", lambda: measure_work(name, device))
     step("trl", lambda: measure_trl(name, device, size))
     step("memory", lambda: [peak_memory(device)])
     head["wall_s"] = round(time.perf_counter() - t_all, 1)
+    if before is not None:
+        old = json.loads(Path(before).read_text())
+        attach_before(rows, old)
+        head["before"] = f"{old['header'].get('commit')} ({before})"
     path = write(Path(out), head, rows)
     print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
     return path

@@ -330,6 +330,16 @@ class TrainConfig:
     keep_final_weights: bool = False
     """Keep the policy (and critic) weights of a finished run in `final_weights.pt`. Off: a finished
     run keeps only its metrics and samples (checkpoints and optimizer states are dropped)."""
+    micro_batch_tokens: int = 0
+    """Token budget of a micro-batch (rows × its longest row): the rows of a mini-batch are sorted
+    by length and packed up to it, so short rows share a forward and little padding is computed.
+    0: micro_batch_size × the batch's longest row (never more than unsorted micro-batches cost).
+    The gradient does not depend on the packing (each micro-batch is weighted by its share)."""
+    shared_prefix: bool = True
+    """Forward the tokens every row of a micro-batch shares (the system prompt and instructions; a
+    group's whole first prompt) once, with gradients, and repeat its keys and values to the rows.
+    The same loss and gradients (tests/test_lean_update.py: float64, 1e-8); off: every row forwards
+    its whole sequence."""
 
     def __post_init__(self):
         _check_fields("train", self)
@@ -393,7 +403,13 @@ class Config:
 #: hash while at that value, so run folders made before the field existed keep their names and are
 #: reused. A new field whose default keeps the old behaviour goes here; one that changes training
 #: does not (its runs are new runs).
-HASH_NEUTRAL: dict[str, object] = {"train.max_skipped_frac": 0.25, "train.keep_final_weights": False}
+HASH_NEUTRAL: dict[str, object] = {
+    "train.max_skipped_frac": 0.25,
+    "train.keep_final_weights": False,
+    # How the update is computed, not what: the same gradient up to float rounding.
+    "train.micro_batch_tokens": 0,
+    "train.shared_prefix": True,
+}
 
 
 def dict_hash(d: dict) -> str:
@@ -547,6 +563,7 @@ RANGES: dict[str, str] = {
     **{f"train.{k}": ">= 0" for k in ("samples_every", "samples_per_step", "warmup_steps")},
     "train.betas": "[0, 1)",
     "train.max_skipped_frac": "[0, 1]",
+    "train.micro_batch_tokens": ">= 0",
 }
 #: Why a range matters, where the reason is not obvious.
 WHY: dict[str, str] = {

@@ -16,7 +16,7 @@ from collections import OrderedDict
 import torch
 from transformers import DynamicCache, StaticCache
 
-from ragen_lib import models
+from ragen_lib import models, work
 from ragen_lib.config import KV_CACHES
 
 LENGTH_BUCKET = 256
@@ -141,6 +141,7 @@ def generate(
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
     live = torch.ones(B, dtype=torch.bool, device=device)
+    steps = 0  # decode forwards run (work counters)
     for i_step in range(max_new_tokens):
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
@@ -158,8 +159,14 @@ def generate(
             break  # no forward for a token nobody will sample
         logits = decode(new, next_pos)
         next_pos = next_pos + 1
+        steps += 1
     decode.finish()
-    return [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
+    out = [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
+    if work.active() is not None:
+        work.add("rollout", generate_calls=1, decode_steps=steps, gen_tokens=sum(map(len, out)))
+        work.add("rollout", decode_row_steps=steps * getattr(decode, "rows", B))
+        work.add_decode_call(steps)
+    return out
 
 
 @torch.no_grad()
@@ -246,6 +253,8 @@ def _start(model, prompts, max_new_tokens: int, pad_token_id: int, group_size: i
     device = next(model.parameters()).device
     input_ids, attn = _left_pad(prompts[::group_size], pad_token_id, device)
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, T) positions ignore the padding
+    if work.active() is not None:
+        work.add("rollout", prefill_tokens=attn.numel(), prefill_real=int(attn.sum()))
     cache = _kv_cache(_DynamicCache, model)
     with models.autocast(model):
         hidden = model.base_model(

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ragen_lib import work
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -137,7 +138,12 @@ def lm_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     share of the work, and bf16 logits (spacing 0.125 at 20) would blur log-probs and ratios."""
     head = model.get_output_embeddings()
     with torch.autocast(hidden.device.type, enabled=False):
-        return head(hidden.to(head.weight.dtype)).float()
+        return _at_least_fp32(head(hidden.to(head.weight.dtype)))
+
+
+def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """float32, or float64 for a float64 model (exactness tests run the model in float64)."""
+    return x if x.dtype == torch.float64 else x.float()
 
 
 def resolve(name: str) -> str:
@@ -210,28 +216,98 @@ class ValueModel(nn.Module):
         self.head.to(next(self.backbone.parameters()).device, next(self.backbone.parameters()).dtype)
         setattr(self, COMPUTE_DTYPE, compute_dtype(policy))
 
-    def forward(self, input_ids, attention_mask):
+    def forward(self, input_ids, attention_mask, causal_only: bool = False, prefix: int = 0):
+        """Values (B, T); `causal_only`: the rows are `right_padded`, so no mask is passed; `prefix`:
+        their shared first tokens, forwarded once (`hidden_states`)."""
+        count_shared(attention_mask, None, prefix)
         with autocast(self):
-            h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            h = hidden_states(
+                self.backbone, input_ids, attention_mask, causal_only=causal_only, prefix=prefix
+            )
         with torch.autocast(h.device.type, enabled=False):  # returns up to ~10: keep fp32's resolution
-            v = self.head(h.to(self.head.weight.dtype)).squeeze(-1).float()  # (B, T): V after token t
+            v = _at_least_fp32(self.head(h.to(self.head.weight.dtype)).squeeze(-1))  # (B, T): V after token t
         # Aligned with the log-probs: position t holds V(state before token t is generated).
         return torch.cat([torch.zeros_like(v[:, :1]), v[:, :-1]], dim=1)
 
 
-def forward_logp(model, ids, attn, mask, *, with_entropy: bool):
+def right_padded(attn: torch.Tensor) -> bool:
+    """Every row of the (B, T) mask `attn` is right-padded (its ones, then its zeros). Such rows
+    need no attention mask: causal attention already keeps the pads out (a real token attends only
+    to earlier positions, all real; what pad positions compute is never read), and without a mask
+    SDPA runs its causal kernels. Call it on a CPU tensor (on a GPU it would sync)."""
+    return attn.shape[1] < 2 or bool((attn[:, 1:] <= attn[:, :-1]).all())
+
+
+def common_prefix(ids: torch.Tensor, attn: torch.Tensor) -> int:
+    """Length of the token prefix every row of (B, T) `ids` shares, at most the shortest row's real
+    length − 1 (each row keeps a token of its own to forward). 0 for one row. Call it on the CPU."""
+    if len(ids) < 2:
+        return 0
+    same = (ids == ids[:1]).all(0).long().cumprod(0)  # (T,) 1 while every row agrees
+    return max(0, min(int(same.sum()), int(attn.sum(1).min()) - 1))
+
+
+def hidden_states(base, ids, attn, *, causal_only: bool = False, prefix: int = 0) -> torch.Tensor:
+    """Last hidden states (B, T, H) of the transformer `base` (a model's `base_model`; the caller
+    sets autocast). `prefix` > 0 (rows right-padded, sharing their first `prefix` tokens, see
+    `common_prefix`): the prefix is forwarded once, as one row, and its keys and values repeated to
+    every row, which then forwards only its own suffix. The gradient of the shared keys and values
+    is the sum over the rows, as in B separate forwards: the same function, computed once."""
+    if not prefix:
+        return base(
+            input_ids=ids, attention_mask=None if causal_only else attn, use_cache=False
+        ).last_hidden_state
+    if not causal_only:
+        raise ValueError("a shared prefix needs right-padded rows (causal_only)")
+    from transformers import DynamicCache
+
+    B, T = ids.shape
+    cache = DynamicCache(config=base.config)
+    head = base(input_ids=ids[:1, :prefix], past_key_values=cache, use_cache=True).last_hidden_state
+    cache.batch_repeat_interleave(B)  # differentiable copies of the prefix's keys and values
+    pos = torch.arange(prefix, T, device=ids.device).expand(B, -1)
+    tail = base(
+        input_ids=ids[:, prefix:], position_ids=pos, past_key_values=cache, use_cache=True
+    ).last_hidden_state
+    return torch.cat([head.expand(B, -1, -1), tail], dim=1)
+
+
+def count_shared(attn: torch.Tensor, mask: torch.Tensor | None, prefix: int) -> None:
+    """Work counters of a forward whose first `prefix` positions are computed once for all rows."""
+    if work.active() is None:
+        return
+    if not prefix:
+        work.count_forward(attn, mask)
+        return
+    B, T = attn.shape
+    extra = {"loss_tokens": int(mask[:, 1:].sum())} if mask is not None else {}
+    work.add(
+        calls=1,
+        tokens=prefix + B * (T - prefix),
+        real=int(attn.sum()) - (B - 1) * prefix,
+        shared=(B - 1) * prefix,
+        **extra,
+    )
+
+
+def forward_logp(model, ids, attn, mask, *, with_entropy: bool, causal_only: bool = False, prefix: int = 0):
     """Log-probs (and entropies) of the tokens where `mask` is 1, aligned with `ids`; 0 elsewhere.
 
     The LM head runs only on the positions that predict a masked token: prompts and observations
     are most of a multi-turn sequence, and the (B, T, vocab) logits are the largest tensor of the
     update, so this is the main saving in memory and time. ids, attn, mask (B, T) → (B, T) float32
-    (entropies too, or None). The transformer runs under `autocast(model)`, the head in float32.
+    (entropies too, or None); `causal_only`: the rows are `right_padded`, so no mask is passed;
+    `prefix`: their shared first tokens, forwarded once (`hidden_states`). The transformer runs
+    under `autocast(model)`, the head in float32; no KV cache is built beyond the shared prefix's.
     """
+    count_shared(attn, mask, prefix)
     with autocast(model):
-        hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+        hidden = hidden_states(
+            model.base_model, ids, attn, causal_only=causal_only, prefix=prefix
+        )  # (B, T, H)
     target = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
     logits = lm_logits(model, hidden[:, :-1][target])  # (K, V) float32
-    logp = torch.zeros(ids.shape, dtype=torch.float, device=ids.device)
+    logp = torch.zeros(ids.shape, dtype=logits.dtype, device=ids.device)
     logp[:, 1:][target] = gather_logprobs(logits, ids[:, 1:][target])
     if not with_entropy:
         return logp, None

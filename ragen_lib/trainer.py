@@ -33,8 +33,9 @@ TRAINED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "token_rewards", "
 REUSE_UPDATE_LOGP = True
 """Take the old log-probs from the update's forward when a batch gets one optimizer step (exact;
 saves a policy forward). False forces the separate no-grad forward (tests compare the two)."""
-VAL_CHUNK = 64
-"""Validation states generated per batch."""
+VAL_CHUNK = 0
+"""Validation states generated per batch; 0: all `val_size` in one batch (one decode loop per turn
+instead of one per chunk, one after another). A host short of memory may set a chunk size."""
 
 
 def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
@@ -140,7 +141,15 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         )
         t1 = time.perf_counter()
         fwd = _no_grad_forwards(
-            data, policy, reference, critic, t.micro_batch_size, device, with_policy=not old_from_update
+            data,
+            policy,
+            reference,
+            critic,
+            t.micro_batch_size,
+            device,
+            with_policy=not old_from_update,
+            micro_tokens=t.micro_batch_tokens,
+            share=t.shared_prefix,
         )
         kl = A.kl_penalty(fwd["old_logp"], fwd["ref_logp"], kind=a.kl_estimator) * mask  # (B, T)
         t_forward = time.perf_counter() - t1
@@ -240,25 +249,35 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
 # The pieces of a step
 # ----------------------------------------------------------------------------------------------
 def _no_grad_forwards(
-    data: dict, policy, reference, critic, micro: int, device, *, with_policy: bool
+    data: dict,
+    policy,
+    reference,
+    critic,
+    micro: int,
+    device,
+    *,
+    with_policy: bool,
+    micro_tokens: int = 0,
+    share: bool = False,
 ) -> dict:
     """Old-policy log-probs and entropies (unless the update supplies them), reference log-probs and
     critic values of every row, all (B, T) on the CPU, 0 off the loss mask (values: everywhere)."""
     out = {k: torch.zeros_like(data["loss_mask"]) for k in ("old_logp", "ref_logp", "values", "entropy")}
     with torch.no_grad():
-        for rows in torch.arange(len(data["loss_mask"])).split(micro):
-            mb = _micro(data, rows, device)
-            w = mb["input_ids"].shape[1]
+        # One pass over the data: each packed micro-batch goes to the device once and through the
+        # policy, the reference and the critic in turn.
+        for rows in _packs(torch.arange(len(data["loss_mask"])), data["attention_mask"], micro, micro_tokens):
+            mb, how = _micro(data, rows, device, share)
+            ids, attn, lm = mb["input_ids"], mb["attention_mask"], mb["loss_mask"]
+            w = ids.shape[1]
             if with_policy:
-                lp, e = models.forward_logp(
-                    policy, mb["input_ids"], mb["attention_mask"], mb["loss_mask"], with_entropy=True
-                )
+                lp, e = models.forward_logp(policy, ids, attn, lm, with_entropy=True, **how)
                 out["old_logp"][rows, :w], out["entropy"][rows, :w] = lp.cpu(), e.cpu()
             out["ref_logp"][rows, :w] = models.forward_logp(
-                reference, mb["input_ids"], mb["attention_mask"], mb["loss_mask"], with_entropy=False
+                reference, ids, attn, lm, with_entropy=False, **how
             )[0].cpu()
             if critic:
-                out["values"][rows, :w] = critic(mb["input_ids"], mb["attention_mask"]).cpu()
+                out["values"][rows, :w] = critic(ids, attn, **how).cpu()
     return out
 
 
@@ -288,15 +307,18 @@ def _update(
             opt.zero_grad(set_to_none=True)
             if critic:
                 critic_opt.zero_grad(set_to_none=True)
-            for rows in _chunks(shard.local(mb_rows), t.micro_batch_size):
-                mb = _micro(data, rows, device)
-                token_share = float(mb["loss_mask"].sum()) / n_tok
+            for rows in _packs(
+                shard.local(mb_rows), data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens
+            ):
+                token_share = float(data["loss_mask"][rows].sum()) / n_tok  # on the CPU: no sync
+                mb, how = _micro(data, rows, device, t.shared_prefix)
                 logp, ent = models.forward_logp(
                     policy,
                     mb["input_ids"],
                     mb["attention_mask"],
                     mb["loss_mask"],
                     with_entropy=a.entropy_coef > 0 or old_from_update,
+                    **how,
                 )
                 if old_from_update:
                     w = mb["input_ids"].shape[1]
@@ -306,7 +328,7 @@ def _update(
                     )
                     mb["old_logp"] = logp.detach()
                 loss, s = objective(logp, mb, a, token_share=token_share, seq_share=len(rows) / len(mb_rows))
-                stats["loss/policy"].append(float(loss.detach()))
+                stats["loss/policy"].append(loss.detach())  # read once, at the end of the update
                 for k, v in s.items():
                     stats[k].append(v)
                 if a.kl_coef and not a.kl_in_reward:  # GRPO's KL: a loss term
@@ -316,7 +338,7 @@ def _update(
                     loss = loss - a.entropy_coef * A.masked_mean(ent, mb["loss_mask"]) * token_share
                 loss.backward()
                 if critic:
-                    v = critic(mb["input_ids"], mb["attention_mask"])
+                    v = critic(mb["input_ids"], mb["attention_mask"], **how)
                     vl = (
                         A.clipped_value_loss(
                             v, mb["values"], mb["returns"], mb["loss_mask"], clip=a.value_clip
@@ -324,14 +346,17 @@ def _update(
                         * token_share
                     )
                     vl.backward()
-                    stats["loss/value"].append(float(vl.detach()))
+                    stats["loss/value"].append(vl.detach())
             stats["policy/grad_norm"].append(_step(policy, opt, t.grad_clip, shard, skipped, "policy"))
             if critic:
                 _step(critic, critic_opt, t.grad_clip, shard, skipped, "critic")
     policy.eval()
     # Per-micro-batch values of every rank; the grad norm is taken after the sum over ranks, so it
-    # is the same on every rank and not gathered.
-    return {k: v if k == "policy/grad_norm" else shard.cat(v) for k, v in stats.items()}
+    # is the same on every rank and not gathered. The statistics stayed on the device: one read each.
+    return {
+        k: v if k == "policy/grad_norm" else shard.cat(torch.stack(v).tolist() if v else [])
+        for k, v in stats.items()
+    }
 
 
 def _batch_metrics(data: dict, returns: torch.Tensor, ranks: Ranks, has_critic: bool) -> dict:
@@ -371,15 +396,37 @@ def _step(module, opt, grad_clip: float, shard: Shard, skipped: dict, name: str)
     return norm
 
 
-def _chunks(rows: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
-    """`rows` in pieces of `size`; none when `rows` is empty (a rank may hold no row of a mini-batch)."""
-    return rows.split(size) if len(rows) else ()
+def _packs(rows: torch.Tensor, attn: torch.Tensor, size: int, tokens: int) -> list[torch.Tensor]:
+    """`rows` (of the CPU mask `attn`) in micro-batches packed to a token budget: sorted by length,
+    each takes rows while rows × its longest row ≤ `tokens` (0: `size` × the longest row of
+    `attn`, the most an unsorted micro-batch of `size` rows could cost). Each micro-batch keeps its
+    rows in their given order. Any grouping gives the same gradient (each micro-batch is weighted
+    by its share of the mini-batch); similar lengths together compute far less padding."""
+    if not len(rows):
+        return []  # a rank may hold no row of a mini-batch
+    lengths = attn.sum(1)
+    budget = tokens or size * int(lengths.max())
+    order = lengths[rows].argsort(stable=True)  # positions in `rows`, shortest first
+    packs, start = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or (i + 1 - start) * int(lengths[rows[order[i]]]) > budget:
+            packs.append(rows[order[start:i].sort().values])
+            start = i
+    return packs
 
 
-def _micro(batch: dict, rows: torch.Tensor, device) -> dict:
-    """Rows of a batch, trimmed to their longest sequence (right padding is never computed)."""
-    width = int(batch["attention_mask"][rows].sum(1).max())
-    return {k: (v[rows][:, :width] if v.dim() == 2 else v[rows]).to(device) for k, v in batch.items()}
+def _micro(batch: dict, rows: torch.Tensor, device, share: bool = False) -> tuple[dict, dict]:
+    """Rows of a batch, trimmed to their longest sequence (right padding is never computed), on
+    `device`; and how to forward them: `causal_only` when all are right-padded (no attention mask
+    needed), `prefix` the tokens they all share (forwarded once, `models.hidden_states`) when
+    `share` (train.shared_prefix). Both read from the CPU copy: no device sync."""
+    attn = batch["attention_mask"][rows]
+    width = int(attn.sum(1).max())
+    attn = attn[:, :width]
+    causal = models.right_padded(attn)
+    prefix = models.common_prefix(batch["input_ids"][rows, :width], attn) if share and causal else 0
+    mb = {k: (v[rows][:, :width] if v.dim() == 2 else v[rows]).to(device) for k, v in batch.items()}
+    return mb, {"causal_only": causal, "prefix": prefix}
 
 
 def validate(policy, tok, cfg: Config, env_name: str) -> dict:
@@ -388,12 +435,13 @@ def validate(policy, tok, cfg: Config, env_name: str) -> dict:
     states = seeds.val_seeds(env_name, cfg.train.val_size)
     kwargs = dict(cfg.env.kwargs) if env_name == cfg.env.name else {}
     success, valid = 0.0, 0.0
-    for i in range(0, len(states), VAL_CHUNK):
+    chunk = VAL_CHUNK or len(states)
+    for i in range(0, len(states), chunk):
         b = collect(
             policy,
             tok,
             env_name,
-            states[i : i + VAL_CHUNK],
+            states[i : i + chunk],
             1,
             rcfg,
             env_kwargs=kwargs,

@@ -148,3 +148,56 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
     ours = next(r for r in js["rows"] if r["what"].startswith("generate: ours"))
     assert ours["value"] > 0 and ours["unit"] == "tokens/s" and ours["vs_naive"] > 0
     assert all(r["value"] == r["value"] for r in js["rows"] if r["value"] is not None)  # no NaN figures
+
+
+TINY_WORK = dict(groups=2, group_size=2, max_new_tokens=12, max_turns=2, micro_batch_size=2)
+
+
+def test_work_counters_are_deterministic_and_add_up():
+    """Two runs of the same step count the same work, and the counters describe the step."""
+    first, m = bench.work_step(models.TINY_RANDOM, "cpu", TINY_WORK)
+    second, _ = bench.work_step(models.TINY_RANDOM, "cpu", TINY_WORK)
+    assert first == second
+    r, f, u = first["rollout"], first["forward"], first["update"]
+    turns = len(r["decode_steps_per_call"])
+    assert 1 <= turns <= TINY_WORK["max_turns"] and r["generate_calls"] == turns
+    assert sum(r["decode_steps_per_call"]) == r["decode_steps"]
+    assert all(s <= TINY_WORK["max_new_tokens"] - 1 for s in r["decode_steps_per_call"])
+    assert 0 < r["prefill_real"] <= r["prefill_tokens"]
+    assert (
+        0 < r["gen_tokens"] <= r["decode_row_steps"] + r["generate_calls"] * 4
+    )  # 4 rows sample once before any decode step
+    assert u["real"] <= u["tokens"] and f["real"] <= f["tokens"] and u["real"] > 0
+    rows = bench.work_rows(first, m, TINY_WORK)
+    assert any(x.what.startswith("work: all token positions") and x.value > 0 for x in rows)
+    md = bench.markdown({"device": "cpu"}, rows)
+    assert "work: decode steps" in md
+
+
+def test_before_column_reads_an_earlier_report():
+    rows = [bench.Row("work: a", 10.0, "tokens"), bench.Row("work: new", 1.0, "tokens")]
+    bench.attach_before(rows, {"rows": [{"what": "work: a", "value": 30.0}]})
+    assert rows[0].before == 30.0 and rows[1].before is None
+    md = bench.markdown({"device": "cpu"}, rows)
+    assert "| before | before / now |" in md and "3.00×" in md
+
+
+def test_work_counters_are_off_outside_counting(tiny):
+    from ragen_lib import work
+
+    model, tok = tiny
+    assert work.active() is None
+    generate(model, [[1, 2, 3]], max_new_tokens=2, temperature=0.0, eos_token_id=-1, pad_token_id=0)
+    with work.counting() as c:
+        generate(
+            model, [[1, 2, 3], [4, 5]], max_new_tokens=3, temperature=0.0, eos_token_id=-1, pad_token_id=0
+        )
+    assert c.plain()["rollout"] == {
+        "prefill_tokens": 6,
+        "prefill_real": 5,
+        "generate_calls": 1,
+        "decode_steps": 2,
+        "gen_tokens": 6,
+        "decode_row_steps": 4,
+        "decode_steps_per_call": [2],
+    }

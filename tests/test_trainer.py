@@ -408,15 +408,18 @@ def test_old_logprobs_from_the_update_forward_change_nothing(monkeypatch, algo):
     """One optimizer step per batch: the old log-probs are taken from the update's own forward
     instead of a separate no-grad pass. Same losses, gradients and metrics up to float noise."""
     cfg = tiny(**{"algo.name": algo, "train.steps": 3})
-    calls = []
+    calls = []  # True: a forward with grad (the update), False: a no-grad one
     real = trainer.models.forward_logp
-    monkeypatch.setattr(trainer.models, "forward_logp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        trainer.models, "forward_logp", lambda *a, **k: calls.append(torch.is_grad_enabled()) or real(*a, **k)
+    )
     fast = trainer.train(cfg, progress=False)
-    n_fast = len(calls)
+    n_grad, n_nograd = calls.count(True), calls.count(False)  # the no-grad ones: the reference only
+    calls.clear()
     monkeypatch.setattr(trainer, "REUSE_UPDATE_LOGP", False)
     slow = trainer.train(cfg, progress=False)
-    # the skipped no-grad policy pass: one per micro-batch (of 2 rows) of the rows kept
-    assert len(calls) - n_fast == n_fast + sum(math.ceil(r["rollout/kept"] / 2) for r in fast)
+    # the skipped no-grad policy pass: one per (packed) micro-batch, beside each reference forward
+    assert calls.count(True) == n_grad and calls.count(False) == 2 * n_nograd > 0
     for f, s in zip(fast, slow, strict=True):
         for k in ("loss/policy", "policy/grad_norm", "policy/entropy", "policy/kl_ref", "reward/mean"):
             assert f[k] == pytest.approx(s[k], rel=1e-4, abs=1e-6), k

@@ -6,7 +6,8 @@ are the current policy's log-probs of a micro-batch `mb` (a dict of (b, T) / (b,
 old_logp, ref_logp, advantages, rewards). The loss is this micro-batch's part of the mini-batch
 mean: `token_share` = its tokens / the mini-batch's tokens (token-mean objectives), `seq_share` =
 its sequences / the mini-batch's sequences (sequence-mean ones), so summing the micro-batches'
-gradients gives the mini-batch gradient. `stats` are floats keyed by metric name. The KL loss and
+gradients gives the mini-batch gradient. `stats` are 0-d tensors keyed by metric name, left on the
+device (the trainer reads them once per step: no host sync per micro-batch). The KL loss and
 the entropy bonus are not part of an objective: the trainer adds them to any objective.
 """
 
@@ -28,7 +29,7 @@ def ppo_clip_objective(
         logp, mb["old_logp"], mb["advantages"], mb["loss_mask"], clip_low=a.clip_low, clip_high=a.clip_high
     )
     stats = {
-        f"policy/{k}": float(s[k]) for k in ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_std")
+        f"policy/{k}": s[k].detach() for k in ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_std")
     }
     return loss * token_share, stats
 
@@ -44,7 +45,7 @@ def apo_objective(
         seq_lp, ref_seq, mb["rewards"], mb["rewards"] - mb["advantages"][:, 0], beta2=a.apo_beta2
     )
     loss = loss * seq_share
-    return loss, {"loss/apo": float(loss.detach())}
+    return loss, {"loss/apo": loss.detach()}
 
 
 Objective = Callable[..., tuple[torch.Tensor, dict]]
