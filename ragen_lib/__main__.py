@@ -175,9 +175,8 @@ def _plot(args) -> int:
     df = runs.load(args.root, args.finding)
     if df.empty:
         raise SystemExit(f"no runs with metrics under {Path(args.root) / 'runs' / args.finding}")
-    hue = args.hue if df["run_id"].nunique() > 1 else None  # one run needs no legend
-    if hue:
-        df[hue] = df[hue].astype(str)  # categories, not a light-to-dark scale of numbers
+    hue = args.hue
+    df[hue] = df[hue].astype(str)  # categories, not a light-to-dark scale of numbers
     fig = plots.curves(df, args.metrics, hue=hue, title=args.title or f"{args.root}: {args.finding}")
     png = Path(args.png or Path(args.root) / f"{args.finding}.png")
     png.parent.mkdir(parents=True, exist_ok=True)
