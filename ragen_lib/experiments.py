@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from ragen_lib import config, runs
+from ragen_lib.envs import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ("smoke", "quick", "paper")
@@ -556,19 +557,29 @@ def measured_step(cuda: bool, bench_dir: Path | None = None) -> dict | None:
                 m = re.search(_BENCH_SHAPE, row.get("note", ""))
                 shape = tuple(int(x) for x in m.groups()) if m else None
                 model = data.get("header", {}).get("model", "?")
-                return {"s_per_step": float(row["value"]), "shape": shape, "file": f"{f.name} ({model})"}
+                return {
+                    "s_per_step": float(row["value"]),
+                    "shape": shape,
+                    "model": model,
+                    "file": f"{f.name} ({model})",
+                }
     return None
 
 
 def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
     """Rough training seconds of `cfg`: the measured seconds per step scaled linearly by episodes ×
-    turns × tokens per turn against the measured step's shape (validation and warm-up excluded)."""
-    if bench is None:
+    turns × tokens per turn against the measured step's shape (validation and warm-up excluded).
+    None when nothing was measured, or only another model (the 135M model's seconds say nothing
+    about the tiny one's)."""
+    if bench is None or bench.get("model", cfg.model.name) != cfg.model.name:
         return None
     scale = 1.0
     if bench["shape"]:
         p, n, turns, tokens = bench["shape"]
-        ours = cfg.train.groups * cfg.train.group_size * cfg.rollout.max_turns * cfg.rollout.max_new_tokens
+        env = REGISTRY[cfg.env.name][0]  # None in the rollout config: the env's own budget
+        max_turns = cfg.rollout.max_turns or env.max_turns
+        new_tokens = cfg.rollout.max_new_tokens or env.max_new_tokens
+        ours = cfg.train.groups * cfg.train.group_size * max_turns * new_tokens
         scale = ours / (p * n * turns * tokens)
     return bench["s_per_step"] * scale * cfg.train.steps
 
@@ -597,7 +608,9 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
                 "runs": len(unique),
                 "judged": len(judged),
                 "pilot": len(unique) - len(judged),
-                "minutes": None if bench is None else sum(est) / 60 / max(1, min(workers, len(todo))),
+                "minutes": None
+                if bench is None or None in est
+                else sum(est) / 60 / max(1, min(workers, len(todo))),
                 "bench": None if bench is None else bench["file"],
                 "done": len(unique) - len(todo),
                 "to_train": len(todo),
@@ -660,7 +673,7 @@ def format_plan(p: dict) -> str:
             "s/step scaled by episodes × turns × tokens; validation and warm-ups not included)"
         )
     elif todo:
-        est = "estimated minutes: no measurement (run `make bench` on this machine)"
+        est = "estimated minutes: no measurement of this model (run `make bench` on this machine)"
     else:
         est = "nothing left to train"
     lines.append(

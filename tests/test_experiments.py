@@ -259,13 +259,21 @@ def test_plan_estimates_minutes_from_the_measured_step(tmp_path):
         "value": 2.0,
         "note": "Sokoban, starpo-ppo, 2×4, ≤2 turns × 32 tokens",
     }
-    (bench / "h100.json").write_text(json.dumps({"header": {"model": "m"}, "rows": [row]}))
+    (bench / "h100.json").write_text(json.dumps({"header": {"model": "tiny-random"}, "rows": [row]}))
     b = experiments.measured_step(cuda=True, bench_dir=bench)
-    assert b["s_per_step"] == 2.0 and b["shape"] == (2, 4, 2, 32) and b["file"] == "h100.json (m)"
+    assert b["s_per_step"] == 2.0 and b["shape"] == (2, 4, 2, 32) and b["file"] == "h100.json (tiny-random)"
     assert experiments.measured_step(cuda=False, bench_dir=bench) is None  # a GPU figure is no CPU one
     cfg = experiments.variants("01_instability", "smoke")[1][0][0]  # 2 × 2, 2 turns × 8 tokens, 3 steps
     assert experiments.estimate_seconds(cfg, b) == pytest.approx(2.0 * (4 * 2 * 8) / (8 * 2 * 32) * 3)
     assert experiments.estimate_seconds(cfg, None) is None
+    # another model's seconds say nothing about this one's
+    assert experiments.estimate_seconds(cfg, {**b, "model": "smollm2-135m-instruct"}) is None
+    # the env's own budgets stand in for None (paper profile: Bandit 1 turn × 500 tokens)
+    paper = config.from_dict({}, {"env.name": "bandit", "model.name": "tiny-random", "train.steps": 1})
+    assert paper.rollout.max_turns is None and paper.rollout.max_new_tokens is None
+    assert experiments.estimate_seconds(paper, b) == pytest.approx(
+        2.0 * (paper.train.groups * paper.train.group_size * 1 * 500) / (2 * 4 * 2 * 32)
+    )
 
 
 # --- interrupting a grid -------------------------------------------------------------------------
