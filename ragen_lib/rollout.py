@@ -21,7 +21,7 @@ import torch
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.envs.base import TextEnv
-from ragen_lib.generation import StopOnText, generate
+from ragen_lib.generation import KeptKV, StopOnText, generate
 from ragen_lib.prompting import (
     PREFILL,
     SYSTEM_PROMPT,
@@ -177,6 +177,9 @@ class RolloutBatch:
     thinks: list[list[str]] = field(default_factory=list)  # parsed <think> text per turn
     actions: list[list[list[str]]] = field(default_factory=list)  # actions executed, per turn
     reasoning_bonus: torch.Tensor | None = None  # (B,) consistency bonus, mean over the episode's turns
+    sample_logprobs: torch.Tensor | None = (
+        None  # (B, T) the sampler's log-prob of each generated token, else 0
+    )
 
     @property
     def format_valid_rate(self) -> float:
@@ -210,11 +213,12 @@ class _TokenTrack:
     """Token ids of one episode as they grow, with the generated-token mask."""
 
     def __init__(self, ids: list[int]):
-        self.ids, self.mask = list(ids), [0] * len(ids)
+        self.ids, self.mask, self.logp = list(ids), [0] * len(ids), [0.0] * len(ids)
 
-    def extend(self, ids: list[int], generated: bool):
+    def extend(self, ids: list[int], generated: bool, logp: list[float] | None = None):
         self.ids += ids
         self.mask += [int(generated)] * len(ids)
+        self.logp += logp if logp is not None else [0.0] * len(ids)
 
 
 def _user_turn_suffix(tokenizer, messages: list[dict], ended_with_eos: bool) -> str:
@@ -266,6 +270,8 @@ def collect(
     stop = _answer_stop(tokenizer) if cfg.stop_at_answer else None
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     max_new = episodes[0].max_new_tokens  # one env per batch
+    # Each episode's KV cache lives from turn to turn: a turn prefills only the env's reply.
+    kept = KeptKV() if cfg.keep_kv else None
 
     while True:
         for e, t in zip(episodes, tracks):
@@ -275,6 +281,7 @@ def collect(
         if not live:
             break
         prompts = [tracks[i].ids for i in live]
+        logps: list[list[float]] = []
         new = generate(
             model,
             prompts,
@@ -286,11 +293,14 @@ def collect(
             generator=generator,
             group_size=_shared_group(prompts, group_size),
             kv_cache=cfg.kv_cache,
+            kept=kept,
+            keys=live,
+            logprobs=logps,
         )
-        for i, gen in zip(live, new):
+        for i, gen, logp in zip(live, new, logps):
             text = tokenizer.decode(gen, skip_special_tokens=True)
             responses[i].append(tokenizer.decode(gen))
-            tracks[i].extend(gen, generated=True)
+            tracks[i].extend(gen, generated=True, logp=logp)
             if episodes[i].step(text) is not None:
                 suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
                 tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
@@ -340,6 +350,7 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
     loss_mask = torch.zeros((B, T))
     context_mask = torch.zeros((B, T))
     token_rewards = torch.zeros((B, T))
+    sample_logprobs = torch.zeros((B, T))
     rewards = torch.tensor([e.total_reward for e in episodes], dtype=torch.float)
     for b, t in enumerate(tracks):
         n = len(t.ids)
@@ -347,6 +358,7 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         attention_mask[b, :n] = 1
         loss_mask[b, :n] = torch.tensor(t.mask, dtype=torch.float)
         context_mask[b, system_length + 1 : n] = 1
+        sample_logprobs[b, :n] = torch.tensor(t.logp)
         last = max(j for j, m in enumerate(t.mask) if m) if any(t.mask) else n - 1
         token_rewards[b, last] = rewards[b]
     return RolloutBatch(
@@ -369,4 +381,5 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         thinks=[[t.parsed.think for t in e.turns] for e in episodes],
         actions=[[t.executed for t in e.turns] for e in episodes],
         reasoning_bonus=torch.tensor([np.mean([t.consistency for t in e.turns] or [0.0]) for e in episodes]),
+        sample_logprobs=sample_logprobs,
     )

@@ -134,16 +134,14 @@ def expert_dataset(policy, tok, cfg: Config, states: list[int], random_actions: 
         answers = [
             f"<answer>{' || '.join(_plan_turn(e, picks[id(e)], random_actions))}</answer>" for e in live
         ]
+        texts = [e.generation_prompt(tok) for e in live]  # the chat template rendered once a turn
         thinks = [None] * len(live)
         if cfg.rollout.enable_think:
-            thinks = own_reasoning(policy, tok, live, answers, cfg, generator)
-        for e, think, answer in zip(live, thinks, answers):
+            thinks = own_reasoning(policy, tok, live, answers, cfg, generator, texts)
+        for e, prompt, think, answer in zip(live, texts, thinks, answers):
             text, response = _target(tok, e, think, answer, cfg)
             rows.append(
-                {
-                    "prompt_ids": tok(e.generation_prompt(tok), add_special_tokens=False)["input_ids"],
-                    "response_ids": response,
-                }
+                {"prompt_ids": tok(prompt, add_special_tokens=False)["input_ids"], "response_ids": response}
             )
             e.step(text)
     return Dataset.from_list(rows)
@@ -179,13 +177,17 @@ def _plan_turn(ep: Episode, pick: np.random.Generator, random_actions: bool) -> 
 
 
 @torch.no_grad()
-def own_reasoning(policy, tok, episodes: list[Episode], answers: list[str], cfg: Config, generator):
+def own_reasoning(
+    policy, tok, episodes: list[Episode], answers: list[str], cfg: Config, generator, texts=None
+):
     """The model's own `<think>` text for each episode's next turn: sampled at the rollout's
     temperature after the chat and `<think>`, cut at the first tag it writes (`THINK_STOPS`), and
     no longer than leaves room for `</think>`, the answer and EOS within rollout.max_new_tokens (so
-    the whole target is a response the rollout could have produced)."""
+    the whole target is a response the rollout could have produced). `texts`: the episodes'
+    generation prompts when the caller has rendered them already."""
     r = cfg.rollout
-    opened = [e.generation_prompt(tok).removesuffix(e.prefill) + "<think>" for e in episodes]
+    texts = texts or [e.generation_prompt(tok) for e in episodes]
+    opened = [t.removesuffix(e.prefill) + "<think>" for e, t in zip(episodes, texts)]
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in opened]
     own_open = [0 if e.prefill == "<think>" else len(tok("<think>", add_special_tokens=False)["input_ids"])
                 for e in episodes]  # fmt: skip

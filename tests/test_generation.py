@@ -260,3 +260,78 @@ def test_the_agreement_check_fails_on_a_broken_static_path(monkeypatch):
     )
     got = generation.logprob_agreement(model, prompts, conts, pad_token_id=tok.pad_token_id)
     assert not got["ok"] and got["static_vs_dynamic"]["max_abs"] > 1e-3
+
+
+class _StopAt:
+    """Stops row i after `lengths[i]` new tokens: rows that end at different steps, so the kept
+    cache holds pad tokens fed after a row's end, which its mask must hide."""
+
+    def __init__(self, lengths):
+        self.lengths = torch.tensor(lengths)
+
+    def __call__(self, tokens, new, live):
+        return live & (self.lengths == tokens.shape[1])
+
+
+@pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
+def test_a_kept_cache_resumes_each_row_and_its_log_probs_match_one_forward(tiny, kv_cache):
+    """Three calls, each prompt the last prompt + what was generated + a reply of its own length,
+    rows dropping out between calls: the sampler's log-probs of every generated token equal those
+    of one forward over the finished sequence, and the samples equal those of a fresh prefill."""
+    model, tok = tiny
+    replies = [
+        tok(t, add_special_tokens=False)["input_ids"] for t in ("ok", "State:\n#P_#", "a longer reply")
+    ]
+    prompts = _prompts(tok)
+
+    def play(kept):
+        seqs, gen_at = {k: list(p) for k, p in enumerate(prompts)}, {k: [] for k in range(3)}
+        logps = {k: [] for k in range(3)}
+        g = torch.Generator().manual_seed(3)
+        for turn, live in enumerate([[0, 1, 2], [0, 1, 2], [0, 2]]):
+            lp: list = []
+            out = generate(
+                model,
+                [seqs[k] for k in live],
+                max_new_tokens=6,
+                temperature=1.0,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+                stop=_StopAt([2, 6, 4][: len(live)] if turn < 2 else [5, 1]),
+                generator=g,
+                kv_cache=kv_cache,
+                kept=kept,
+                keys=live,
+                logprobs=lp,
+            )
+            for k, o, p in zip(live, out, lp):
+                gen_at[k] += range(len(seqs[k]), len(seqs[k]) + len(o))
+                logps[k] += p
+                seqs[k] += o + replies[(k + turn) % 3]
+        return seqs, gen_at, logps
+
+    seqs, gen_at, logps = play(generation.KeptKV())
+    fresh_seqs, _, fresh_logps = play(None)
+    assert seqs == fresh_seqs
+    for k in range(3):
+        ids = torch.tensor([seqs[k]])
+        mask = torch.zeros_like(ids, dtype=torch.float)
+        mask[0, gen_at[k]] = 1
+        with torch.no_grad():
+            logp, _ = models.forward_logp(model, ids, torch.ones_like(ids), mask, with_entropy=False)
+        assert logp[0, gen_at[k]].tolist() == pytest.approx(logps[k], abs=1e-4)
+        assert logps[k] == pytest.approx(fresh_logps[k], abs=1e-4)
+
+
+def test_a_kept_cache_refuses_a_prompt_that_does_not_extend_its_row(tiny):
+    model, tok = tiny
+    kept = generation.KeptKV()
+    kw = dict(max_new_tokens=3, temperature=0.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    prompts = _prompts(tok)[:2]
+    generate(model, prompts, kept=kept, keys=["a", "b"], **kw)
+    with pytest.raises(ValueError, match="does not extend"):
+        generate(model, [prompts[0] + [5]], kept=kept, keys=["a"], **kw)
+    kept = generation.KeptKV()
+    generate(model, prompts, kept=kept, keys=["a", "b"], **kw)
+    with pytest.raises(ValueError, match="not in the kept KV cache"):
+        generate(model, [prompts[0] + [5]], kept=kept, keys=["c"], **kw)

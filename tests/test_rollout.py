@@ -118,3 +118,21 @@ def test_expert_answers_through_the_text_protocol(env_name):
         assert all(t.parsed.format_valid for t in ep.turns)
         wins += ep.success
     assert wins == 10
+
+
+@pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
+def test_kept_kv_plays_the_rollout_of_a_fresh_prefill_and_logs_the_behaviour_log_probs(tiny, kv_cache):
+    """rollout.keep_kv resumes each episode's cache at the next turn: the same tokens as
+    re-prefilling the conversation, and the log-probs the sampler saw are those of the update's
+    forward over the finished episode (float32: rounding only)."""
+    model, tok = tiny
+    kw = dict(max_new_tokens=10, max_turns=3, stop_at_answer=False, kv_cache=kv_cache)
+    kept = collect(model, tok, "sokoban", [2, 7], 2, RolloutConfig(**kw), sample_seed=4)
+    fresh = collect(model, tok, "sokoban", [2, 7], 2, RolloutConfig(keep_kv=False, **kw), sample_seed=4)
+    assert torch.equal(kept.input_ids, fresh.input_ids) and kept.num_turns.min() >= 2
+    mask = kept.loss_mask
+    with torch.no_grad():
+        logp, _ = models.forward_logp(model, kept.input_ids, kept.attention_mask, mask, with_entropy=False)
+    assert ((logp - kept.sample_logprobs) * mask).abs().max() < 1e-4
+    assert (kept.sample_logprobs * (1 - mask)).abs().max() == 0
+    assert ((kept.sample_logprobs - fresh.sample_logprobs) * mask).abs().max() < 1e-4
