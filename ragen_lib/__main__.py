@@ -126,6 +126,7 @@ def _zeroshot(args) -> int:
     from ragen_lib import models, seeds
     from ragen_lib.config import RolloutConfig
     from ragen_lib.envs import make
+    from ragen_lib.metrics import distinct_n
     from ragen_lib.rollout import collect
 
     model, tok = models.load(args.model)
@@ -141,12 +142,13 @@ def _zeroshot(args) -> int:
                 prefill=prefill,
             )
             t0 = time.perf_counter()
-            valid, success, tokens = [], [], []
+            valid, success, tokens, thinks = [], [], [], []
             for i in range(0, len(states), args.batch):
                 b = collect(model, tok, env, states[i : i + args.batch], 1, cfg, sample_seed=args.seed + i)
                 valid += [ep[0] for ep in b.turn_format_valid]
                 success += b.success.tolist()
                 tokens += b.loss_mask.sum(1).int().tolist()  # one turn: the tokens generated
+                thinks += [ep[0] for ep in b.thinks]
             n, p = len(valid), sum(valid) / len(valid)
             row = {
                 "env": env,
@@ -157,6 +159,10 @@ def _zeroshot(args) -> int:
                 "success": round(sum(success) / n, 4),
                 "hit_token_cap": sum(t >= cap for t in tokens),
                 "mean_tokens": round(sum(tokens) / n, 1),
+                # As `reasoning/length` and `reasoning/distinct2` (the parsed <think> text; an
+                # answer that never closes it has none).
+                "reasoning_length": round(sum(len(tok(th)["input_ids"]) for th in thinks) / n, 1),
+                "distinct2": round(distinct_n(thinks, 2), 4),
                 "max_new_tokens": cap,
                 "temperature": args.temperature,
                 "seconds": round(time.perf_counter() - t0, 1),
@@ -273,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--only",
         default=None,
-        help="comma-separated sections (load,generation,prefill,update,train,trl,work,memory)",
+        help="comma-separated sections (load,generation,prefill,update,train,trl,work,turns,memory)",
     )
     bench.add_argument(
         "--before", default=None, help="an earlier report's .json: its figures go beside these"

@@ -76,7 +76,7 @@ SIZES = {
 }
 WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
 """The work section's step: issue #17's real-model CPU row (2×4 episodes, 2 turns, 64 new tokens)."""
-SECTIONS = ("load", "generation", "prefill", "update", "train", "trl", "work", "memory")
+SECTIONS = ("load", "generation", "prefill", "update", "train", "trl", "work", "turns", "memory")
 TRL_HINT = "trl not installed (pip install -e .[bench])"
 
 
@@ -432,6 +432,50 @@ def measure_work(name: str, device: str) -> list[Row]:
 
 
 # ----------------------------------------------------------------------------------------------
+# e3. a multi-turn rollout with each episode's KV cache kept between turns, and without
+# ----------------------------------------------------------------------------------------------
+def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
+    """The work step's rollout (Sokoban, `WORK_SIZE`) played twice in this process, same seeds:
+    re-prefilling the whole conversation every turn (`rollout.keep_kv=false`, the naive column) and
+    prefilling only the env's reply (`keep_kv`). Counters are deterministic; the same tokens must
+    come out of both (the note says whether they did)."""
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.rollout import collect
+
+    size = {**WORK_SIZE, **({"max_new_tokens": 12} if quick else {})}
+    model, tok = models.load(name, device=device)
+    got = {}
+    for keep in (False, True):
+        cfg = RolloutConfig(max_new_tokens=size["max_new_tokens"], max_turns=size["max_turns"], keep_kv=keep)
+        t0 = time.perf_counter()
+        with work.counting() as c:
+            batch = collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
+        got[keep] = (c.plain()["rollout"], time.perf_counter() - t0, batch.input_ids)
+    (fresh, t_fresh, ids_fresh), (kept, t_kept, ids_kept) = got[False], got[True]
+    same = "same tokens" if torch.equal(ids_fresh, ids_kept) else "DIFFERENT tokens (float rounding)"
+    shape = (
+        f"Sokoban, 2×{size['group_size']}, ≤{size['max_turns']} turns × {size['max_new_tokens']} tokens; "
+        f"{same}"
+    )
+    return [
+        Row(
+            "turns: prefill tokens, kept KV vs re-prefill",
+            kept["prefill_tokens"],
+            "tokens",
+            vs_naive=fresh["prefill_tokens"] / max(kept["prefill_tokens"], 1),
+            note=f"re-prefill {fresh['prefill_tokens']}; {shape}",
+        ),
+        Row(
+            "turns: rollout wall, kept KV vs re-prefill",
+            t_kept,
+            "s",
+            vs_naive=t_fresh / t_kept if t_kept else None,
+            note=f"re-prefill {t_fresh:.1f} s; {shape}",
+        ),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
 # f. update throughput: padded batch vs length-sorted micro-batches
 # ----------------------------------------------------------------------------------------------
 def random_batch(
@@ -694,6 +738,7 @@ def run(
     m = loaded["model"] = None  # free it: the trainer loads its own policy, reference and critic
     step("train", lambda: measure_train_step(name, device, size))
     step("work", lambda: measure_work(name, device))
+    step("turns", lambda: measure_turns(name, device, quick))
     step("trl", lambda: measure_trl(name, device, size))
     step("memory", lambda: [peak_memory(device)])
     head["wall_s"] = round(time.perf_counter() - t_all, 1)

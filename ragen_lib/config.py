@@ -29,6 +29,10 @@ KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
 
 
+MINIBATCH_ORDERS = ("shuffled", "in-order")
+LOSS_AGGS = ("token-mean", "micro-batch-mean")
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     """How episodes are played out. None means "the env's own default" (RAGEN's settings)."""
@@ -340,6 +344,16 @@ class TrainConfig:
     by length and packed up to it, so short rows share a forward and little padding is computed.
     0: micro_batch_size × the batch's longest row (never more than unsorted micro-batches cost).
     The gradient does not depend on the packing (each micro-batch is weighted by its share)."""
+    minibatch_order: str = "shuffled"
+    """How a kept batch is cut into mini-batches: "shuffled" (a fresh permutation every pass) or
+    "in-order" (RAGEN/verl: `batch.split(ppo_mini_batch_size)`, no shuffle, so a mini-batch of 32
+    holds two whole groups of 16; dp_actor.py:271, 288)."""
+    loss_agg: str = "token-mean"
+    """How a mini-batch's token losses are averaged: "token-mean" (every loss token of the
+    mini-batch weighs the same; micro-batches are packed by length) or "micro-batch-mean" (RAGEN/
+    verl: each micro-batch of `micro_batch_size` episodes, in order, takes its own token mean, and
+    the mini-batch loss is their mean, gradient accumulation / n; dp_actor.py:286-288, 338). Policy
+    loss, KL and entropy terms and the value loss alike."""
     shared_prefix: bool = True
     """Forward the tokens every row of a micro-batch shares (the system prompt and instructions; a
     group's whole first prompt) once, with gradients, and repeat its keys and values to the rows.
@@ -349,6 +363,8 @@ class TrainConfig:
     def __post_init__(self):
         _check_fields("train", self)
         _choice("train.warmup", self.warmup, ("none", "self", "expert", "format"))
+        _choice("train.minibatch_order", self.minibatch_order, MINIBATCH_ORDERS)
+        _choice("train.loss_agg", self.loss_agg, LOSS_AGGS)
 
     @property
     def logged_steps(self) -> range:
@@ -415,6 +431,8 @@ HASH_NEUTRAL: dict[str, object] = {
     "train.micro_batch_tokens": 0,
     "train.shared_prefix": True,
     "rollout.keep_kv": True,
+    "train.minibatch_order": "shuffled",
+    "train.loss_agg": "token-mean",
 }
 
 

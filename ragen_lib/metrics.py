@@ -44,6 +44,12 @@ METRICS: dict[str, Metric] = {
     ),
     "rollout/truncated": Metric("truncated", "fraction of episodes cut by a turn, action or context budget"),
     "rollout/turns": Metric("turns", "mean turns per episode"),
+    "rollout/logprob_gap": Metric(
+        "sampler–trainer log-prob gap",
+        "mean |log π_sampler − log π_old| over the generated tokens: the sampler's log-probs (KV cache, "
+        "compute dtype, static or dynamic) against the update's forward of the same weights; float32: "
+        "about 1e-6, bf16: larger (generation.LOGPROB_TOLERANCE)",
+    ),
     "rollout/kept": Metric("episodes kept", "episodes the uncertainty filter kept for the update"),
     "reward/mean": Metric("reward", "mean trajectory reward (env rewards + format terms)"),
     "reward/std": Metric("reward std", "population std of the trajectory rewards"),

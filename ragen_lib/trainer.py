@@ -28,7 +28,15 @@ from ragen_lib.distributed import Ranks, Shard, local_device
 from ragen_lib.rollout import RolloutBatch, collect
 from ragen_lib.warmup import warmup
 
-TRAINED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "token_rewards", "rewards", "reasoning_bonus")
+TRAINED_FIELDS = (
+    "input_ids",
+    "attention_mask",
+    "loss_mask",
+    "token_rewards",
+    "rewards",
+    "reasoning_bonus",
+    "sample_logprobs",
+)
 """The rollout batch's fields the update reads, for the rows the filter kept."""
 REUSE_UPDATE_LOGP = True
 """Take the old log-probs from the update's forward when a batch gets one optimizer step (exact;
@@ -124,6 +132,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         kept = A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()  # (B_all,)
         shard = ranks.keep(kept, len(full))
         data = {k: getattr(full, k)[shard.rows] for k in TRAINED_FIELDS}
+        data["response_mask"] = data["loss_mask"]  # the generated tokens, whatever the loss covers
         if a.loss_mask == "paper":  # RAGEN's paper runs: every token after the system turn
             data["loss_mask"] = full.context_mask[shard.rows]
         if a.advantage == "apo":  # A*-PO's betas are set for rewards spanning about [0, 1]
@@ -302,15 +311,14 @@ def _update(
     row_tokens = shard.cat(data["loss_mask"].sum(1))  # (B_all,) loss tokens per global kept row
     policy.train()
     for _ in range(t.ppo_epochs):
-        for mb_rows in torch.randperm(shard.total, generator=order).split(mb_size):
-            n_tok = float(row_tokens[mb_rows].sum().clamp(min=1))  # token-mean over the GLOBAL mini-batch
+        perm = torch.randperm(shard.total, generator=order)  # drawn either way: one random stream
+        if t.minibatch_order == "in-order":  # RAGEN/verl: kept rows in group order, no shuffle
+            perm = torch.arange(shard.total)
+        for mb_rows in perm.split(mb_size):
             opt.zero_grad(set_to_none=True)
             if critic:
                 critic_opt.zero_grad(set_to_none=True)
-            for rows in _packs(
-                shard.local(mb_rows), data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens
-            ):
-                token_share = float(data["loss_mask"][rows].sum()) / n_tok  # on the CPU: no sync
+            for rows, token_share in _micro_batches(shard.local(mb_rows), mb_rows, row_tokens, data, t):
                 mb, how = _micro(data, rows, device, t.shared_prefix)
                 logp, ent = models.forward_logp(
                     policy,
@@ -363,7 +371,9 @@ def _batch_metrics(data: dict, returns: torch.Tensor, ranks: Ranks, has_critic: 
     """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens."""
     mask = data["loss_mask"]
     kl = A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1")
+    gap = (data["sample_logprobs"] - data["old_logp"]).abs()
     return {
+        "rollout/logprob_gap": float(ranks.masked_mean(gap, data["response_mask"])),
         "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
         "policy/kl_ref": float(ranks.masked_mean(kl, mask)),
         "critic/explained_var": M.explained_variance(data["values"], returns, mask, ranks.masked_mean)
@@ -394,6 +404,22 @@ def _step(module, opt, grad_clip: float, shard: Shard, skipped: dict, name: str)
     else:
         skipped[name] += 1
     return norm
+
+
+def _micro_batches(local: torch.Tensor, mb_rows: torch.Tensor, row_tokens: torch.Tensor, data: dict, t):
+    """This rank's micro-batches of a mini-batch (`mb_rows`, global; `local`, this rank's rows)
+    and each one's weight in the mini-batch loss, which multiplies its own token mean.
+
+    token-mean: packed by length (`_packs`); weight = its loss tokens / the global mini-batch's, so
+    every token weighs the same. micro-batch-mean (RAGEN/verl): `micro_batch_size` rows at a time in
+    the given order; weight 1 / the number of micro-batches (over all ranks, counted as if the rows
+    were cut globally: exact on one process)."""
+    if t.loss_agg == "micro-batch-mean":
+        n_micro = -(-len(mb_rows) // t.micro_batch_size)
+        return [(rows, 1.0 / n_micro) for rows in local.split(t.micro_batch_size)]
+    n_tok = float(row_tokens[mb_rows].sum().clamp(min=1))  # token-mean over the GLOBAL mini-batch
+    packs = _packs(local, data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens)
+    return [(rows, float(data["loss_mask"][rows].sum()) / n_tok) for rows in packs]  # CPU: no sync
 
 
 def _packs(rows: torch.Tensor, attn: torch.Tensor, size: int, tokens: int) -> list[torch.Tensor]:

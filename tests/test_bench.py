@@ -141,6 +141,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "update: padded",
         "update: sorted",
         "TRL",
+        "turns: prefill tokens, kept KV",
         "peak memory",
     ):
         assert any(needle in w for w in whats), (needle, whats)

@@ -3,6 +3,7 @@ read once. Each must compute what the plain update does."""
 
 import math
 
+import pytest
 import torch
 
 from ragen_lib import models, trainer
@@ -182,3 +183,34 @@ def test_trainer_shares_the_prompt_and_trains_as_without(monkeypatch):
     assert c_on["forward"]["tokens"] < c_off["forward"]["tokens"]
     for k in ("loss/policy", "policy/kl_ref", "policy/entropy", "policy/grad_norm"):
         assert math.isclose(on[k], off[k], rel_tol=1e-4, abs_tol=1e-6), (k, on[k], off[k])
+
+
+def test_micro_batch_mean_weighs_micro_batches_equally_as_verl_and_token_mean_weighs_tokens():
+    """train.loss_agg: RAGEN/verl average each micro-batch's token mean (gradient accumulation / n);
+    our default weighs every token alike. Worked by hand on 5 rows of 1..5 loss tokens, micro 2."""
+    from ragen_lib.config import TrainConfig
+
+    lengths = [1, 2, 3, 4, 5]
+    _, attn = _rows(lengths, 10)
+    data = {"attention_mask": attn, "loss_mask": attn.double()}
+    row_tokens = data["loss_mask"].sum(1)
+    rows = torch.arange(5)
+    per_token = torch.ones(5, 5, dtype=torch.float64) * torch.arange(1, 6)[:, None]  # row r's tokens: r+1
+
+    def loss(agg):
+        t = TrainConfig(micro_batch_size=2, loss_agg=agg)
+        parts = trainer._micro_batches(rows, rows, row_tokens, data, t)
+        assert sorted(torch.cat([r for r, _ in parts]).tolist()) == rows.tolist()
+        return sum(
+            w * float((per_token[r] * data["loss_mask"][r]).sum() / data["loss_mask"][r].sum())
+            for r, w in parts
+        )
+
+    # micro-batch-mean: micro-batches {0,1}, {2,3}, {4}: token means (1+2·2)/3, (3·3+4·4)/7, 5; mean of 3.
+    assert loss("micro-batch-mean") == pytest.approx((5 / 3 + 25 / 7 + 5) / 3)
+    # token-mean: (1·1 + 2·2 + 3·3 + 4·4 + 5·5) / 15, whatever the packing.
+    assert loss("token-mean") == pytest.approx(55 / 15)
+    with pytest.raises(ValueError, match="train.loss_agg"):
+        TrainConfig(loss_agg="seq-mean")
+    with pytest.raises(ValueError, match="train.minibatch_order"):
+        TrainConfig(minibatch_order="random")

@@ -136,3 +136,18 @@ def test_kept_kv_plays_the_rollout_of_a_fresh_prefill_and_logs_the_behaviour_log
     assert ((logp - kept.sample_logprobs) * mask).abs().max() < 1e-4
     assert (kept.sample_logprobs * (1 - mask)).abs().max() == 0
     assert ((kept.sample_logprobs - fresh.sample_logprobs) * mask).abs().max() < 1e-4
+
+
+def test_zeroshot_cli_reports_the_rates_and_the_reasoning_numbers(capsys):
+    import json
+
+    from ragen_lib.__main__ import main
+
+    args = ["zeroshot", "--envs", "bandit", "--n", "3", "--batch", "2", "--max-new-tokens", "6"]
+    assert main([*args, "--model", models.TINY_RANDOM, "--compare"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["prefill"] for r in rows] == [True, False]
+    for r in rows:
+        assert r["n"] == 3 and r["max_new_tokens"] == 6 and 0 <= r["format_valid"] <= 1
+        assert r["hit_token_cap"] <= 3 and 0 < r["mean_tokens"] <= 6
+        assert r["reasoning_length"] >= 0 and 0 <= r["distinct2"] <= 1
