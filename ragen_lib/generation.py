@@ -266,8 +266,6 @@ def _forward_logprobs(model, prompts, continuations, pad_token_id: int) -> list[
 def _start(model, prompts, max_new_tokens: int, pad_token_id: int, group_size: int, kv_cache: str):
     """Prefill every distinct prompt once and set up the decoder: (logits of the next token (B, V)
     float32, the decoder, the next position (B, 1))."""
-    if kv_cache not in KV_CACHES:
-        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     _check_groups(prompts, group_size)
     device = next(model.parameters()).device
     input_ids, attn = _left_pad(prompts[::group_size], pad_token_id, device)
@@ -288,8 +286,6 @@ def _resume(model, prompts, keys, kept: KeptKV, max_new_tokens: int, pad_token_i
     """`_start` for rows whose conversation prefix is in `kept`: prefill only what each prompt
     appends to it. The appended segments are left-padded, so padding sits between a row's turns:
     masked, and skipped by the positions (cumulative sum of the mask), as at the left edge."""
-    if kv_cache not in KV_CACHES:
-        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     rows = kept.rows_of(keys, prompts)
     device = next(model.parameters()).device
     cache = kept.cache
@@ -326,6 +322,8 @@ def _prefill(model, input_ids, attn, position_ids, cache) -> torch.Tensor:
 def _decoder(model, cache, attn, max_new_tokens: int, group_size: int, kv_cache: str):
     """The decoder that continues from a prefilled `cache` (P rows, each to be repeated
     `group_size` times) under the mask `attn` (B = P·group_size rows)."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
     if kv_cache == "static":
         decode = _StaticDecoder.for_shape(model, len(attn), _bucket(attn.shape[1] + max_new_tokens))
         decode.load(cache, attn, group_size)

@@ -177,9 +177,8 @@ class RolloutBatch:
     thinks: list[list[str]] = field(default_factory=list)  # parsed <think> text per turn
     actions: list[list[list[str]]] = field(default_factory=list)  # actions executed, per turn
     reasoning_bonus: torch.Tensor | None = None  # (B,) consistency bonus, mean over the episode's turns
-    sample_logprobs: torch.Tensor | None = (
-        None  # (B, T) the sampler's log-prob of each generated token, else 0
-    )
+    # (B, T) the sampler's log-prob of each generated token (temperature 1), 0 elsewhere
+    sample_logprobs: torch.Tensor | None = None
 
     @property
     def format_valid_rate(self) -> float:

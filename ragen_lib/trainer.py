@@ -28,15 +28,7 @@ from ragen_lib.distributed import Ranks, Shard, local_device
 from ragen_lib.rollout import RolloutBatch, collect
 from ragen_lib.warmup import warmup
 
-TRAINED_FIELDS = (
-    "input_ids",
-    "attention_mask",
-    "loss_mask",
-    "token_rewards",
-    "rewards",
-    "reasoning_bonus",
-    "sample_logprobs",
-)
+TRAINED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "token_rewards", "rewards", "reasoning_bonus")
 """The rollout batch's fields the update reads, for the rows the filter kept."""
 REUSE_UPDATE_LOGP = True
 """Take the old log-probs from the update's forward when a batch gets one optimizer step (exact;
@@ -132,7 +124,6 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         kept = A.expand_group_mask(keep, len(group_std), group_size).nonzero().flatten()  # (B_all,)
         shard = ranks.keep(kept, len(full))
         data = {k: getattr(full, k)[shard.rows] for k in TRAINED_FIELDS}
-        data["response_mask"] = data["loss_mask"]  # the generated tokens, whatever the loss covers
         if a.loss_mask == "paper":  # RAGEN's paper runs: every token after the system turn
             data["loss_mask"] = full.context_mask[shard.rows]
         if a.advantage == "apo":  # A*-PO's betas are set for rewards spanning about [0, 1]
@@ -206,7 +197,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         m.update(M.step_metrics(
             episodes, tokenizer=tok, group_std=group_std, keep=keep, update=update,
             kept_reasoning=shard.cat(data["reasoning_bonus"]),
-            **_batch_metrics(data, returns, ranks, critic is not None), **{
+            **_batch_metrics(data, returns, ranks, critic is not None, full, shard), **{
                 "policy/skipped_steps": skipped["policy"], "critic/skipped_steps": skipped["critic"],
                 "policy/optimizer_steps": len(update["policy/grad_norm"]),
                 "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
@@ -367,13 +358,17 @@ def _update(
     }
 
 
-def _batch_metrics(data: dict, returns: torch.Tensor, ranks: Ranks, has_critic: bool) -> dict:
-    """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens."""
+def _batch_metrics(
+    data: dict, returns: torch.Tensor, ranks: Ranks, has_critic: bool, full: RolloutBatch, shard: Shard
+) -> dict:
+    """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens;
+    the sampler–update log-prob gap over the kept rows' generated tokens (read from the rollout batch
+    here, not carried in `data`, which every micro-batch copies to the device)."""
     mask = data["loss_mask"]
     kl = A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1")
-    gap = (data["sample_logprobs"] - data["old_logp"]).abs()
+    gap = (full.sample_logprobs[shard.rows] - data["old_logp"]).abs()
     return {
-        "rollout/logprob_gap": float(ranks.masked_mean(gap, data["response_mask"])),
+        "rollout/logprob_gap": float(ranks.masked_mean(gap, full.loss_mask[shard.rows])),
         "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
         "policy/kl_ref": float(ranks.masked_mean(kl, mask)),
         "critic/explained_var": M.explained_variance(data["values"], returns, mask, ranks.masked_mean)
