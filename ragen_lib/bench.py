@@ -47,7 +47,9 @@ SIZES = {
         update_rows=128,
         update_max_len=2048,
         repeats=3,
-        trl_steps=3,
+        trl_steps=5,
+        trl_new_tokens=(100, 400),
+        trl_setups=("dynamic cache", "static cache", "static cache + compile", "paged"),
     ),
     "cpu": dict(
         groups=2,
@@ -59,7 +61,9 @@ SIZES = {
         update_rows=8,
         update_max_len=256,
         repeats=1,
-        trl_steps=2,
+        trl_steps=5,
+        trl_new_tokens=(16, 32),
+        trl_setups=("dynamic cache", "static cache"),
     ),
     "quick": dict(
         groups=2,
@@ -72,6 +76,8 @@ SIZES = {
         update_max_len=64,
         repeats=1,
         trl_steps=1,
+        trl_new_tokens=(8,),
+        trl_setups=("dynamic cache",),
     ),
 }
 WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
@@ -91,6 +97,15 @@ class Row:
     before: float | None = None  # the same row of the `--before` run (an older commit, same machine)
 
 
+def _version(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
@@ -104,6 +119,7 @@ def header(device: str, model: str, quick: bool) -> dict:
         "sizes": "quick" if quick else ("cuda" if device.startswith("cuda") else "cpu"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "trl": _version("trl"),
         "python": platform.python_version(),
         "commit": runs.git_commit(),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -298,13 +314,16 @@ def train_config(
     steps: int = 2,
     algo: dict | None = None,
     one_update: bool = False,
+    extra: dict | None = None,
 ):
     """`one_update`: the whole batch in one optimizer step (TRL's default), else the trainer's
-    default mini-batch (the paper's 4 optimizer steps per batch of 128)."""
+    default mini-batch (the paper's 4 optimizer steps per batch of 128). `extra`: more settings by
+    section ({"rollout": {...}, "train": {...}})."""
     from ragen_lib import config
     from ragen_lib.config import TrainConfig
 
     rows = size["groups"] * size["group_size"]
+    extra = extra or {}
     return config.from_dict(
         {
             "model": {"name": name, "device": device},
@@ -312,6 +331,7 @@ def train_config(
             "rollout": {
                 "max_new_tokens": size["max_new_tokens"],
                 "max_turns": 1 if env == "bandit" else size["max_turns"],
+                **extra.get("rollout", {}),
             },
             "algo": {"name": "starpo-ppo", **(algo or {})},
             "train": {
@@ -322,6 +342,7 @@ def train_config(
                 "micro_batch_size": size["micro_batch_size"],
                 "val_every": 0,
                 "samples_every": 0,
+                **extra.get("train", {}),
             },
         }
     )
@@ -543,47 +564,214 @@ def measure_update(model, device: str, size: dict) -> list[Row]:
 
 
 # ----------------------------------------------------------------------------------------------
-# g. TRL's GRPOTrainer on the same single-turn workload
+# g. TRL's GRPOTrainer on the same single-turn workload, on equal terms
 # ----------------------------------------------------------------------------------------------
+TRL_SETUPS = {
+    "dynamic cache": {},
+    "static cache": {"cache_implementation": "static"},
+    # TRL builds its GenerationConfig with disable_compile=True; this setup turns compile back on.
+    "static cache + compile": {"cache_implementation": "static", "compile": True},
+    # transformers' continuous batching (paged attention): TRL's fastest path without vLLM.
+    "paged": {"use_transformers_paged": True},
+}
+"""TRL's generation setups without vLLM; ours is compared with the fastest that runs."""
+TRL_TERMS = (
+    "Bandit, one turn; stop at EOS only (ours rollout.stop_at_answer=false); GRPO advantages; no KL "
+    "and no reference forward (TRL beta=0; ours algo.kl_coef=0, train.log_kl_ref=false); no entropy "
+    "bonus; token mean over the batch (TRL loss_type=dapo; ours train.loss_agg=token-mean); one "
+    "optimizer step per batch; temperature 1, no top-p/top-k"
+)
+
+
 def measure_trl(name: str, device: str, size: dict) -> list[Row]:
+    """Our step against TRL's GRPOTrainer on equal terms (`TRL_TERMS`, checked by `trl_mismatches`):
+    per new-token cap, `trl_steps` measured steps after one warm-up step on each side; the median
+    s/step and its range, the generated tokens (recorded: the counts differ by sampling, so
+    tokens/s is the fair figure) and tokens/s; TRL in each of its setups, ours against its best."""
     try:
-        import trl  # noqa: F401
+        import trl
     except ImportError:
         return [Row("TRL GRPOTrainer step (Bandit)", None, "s", "ours ≥ 3× faster", note=TRL_HINT)]
-    # The same algorithm on both sides: GRPO advantages, no KL term (TRL's beta=0), one optimizer
-    # step per batch. Ours still runs the reference forward, because it logs policy/kl_ref.
-    ours = last_train_step(
-        name, device, size, env="bandit", algo={"name": "starpo-grpo", "kl_coef": 0.0}, one_update=True
-    )["time/step"]
-    theirs = trl_step_time(name, device, size)
-    shape = (
-        f"Bandit, {size['groups']}×{size['group_size']}, ≤{size['max_new_tokens']} new tokens, GRPO, "
-        "no KL, 1 optimizer step"
+    rows: list[Row] = []
+    for n in size["trl_new_tokens"]:
+        shape = f"{size['groups']}×{size['group_size']}, ≤{n} new tokens"
+        ours = summarize_steps(our_grpo_steps(name, device, size, n))
+        theirs = {}
+        for setup in size["trl_setups"]:
+            try:
+                theirs[setup] = summarize_steps(trl_step_times(name, device, size, n, TRL_SETUPS[setup]))
+            except Exception as e:  # noqa: BLE001 (a setup this host cannot run is reported, not fatal)
+                rows.append(
+                    Row(
+                        f"TRL {setup}: s/step, {shape}",
+                        None,
+                        "s",
+                        note=f"failed: {type(e).__name__}: {e}"[:300],
+                    )
+                )
+                continue
+            rows.append(
+                Row(
+                    f"TRL {setup}: s/step, {shape}",
+                    theirs[setup]["median_s"],
+                    "s",
+                    note=_steps_note(theirs[setup]),
+                )
+            )
+        rows.append(Row(f"ours: s/step, {shape}", ours["median_s"], "s", note=_steps_note(ours)))
+        if not theirs:
+            continue
+        best = max(theirs, key=lambda k: theirs[k]["tokens_per_s"])  # token counts differ by sampling
+        b = theirs[best]
+        note = f"against TRL {best} (trl {trl.__version__}); {TRL_TERMS}"
+        rows.append(
+            Row(
+                f"TRL comparison: our step, {shape}",
+                ours["median_s"],
+                "s",
+                "ours ≥ 3× faster",
+                b["median_s"] / ours["median_s"],
+                note,
+            )
+        )
+        rows.append(
+            Row(
+                f"TRL comparison: our tokens/s, {shape}",
+                ours["tokens_per_s"],
+                "tokens/s",
+                "ours ≥ 3× faster",
+                ours["tokens_per_s"] / b["tokens_per_s"],
+                note,
+            )
+        )
+    return rows
+
+
+def summarize_steps(steps: list[tuple[float, float]]) -> dict:
+    """(seconds, generated tokens) of each measured step → median s/step, its range, the mean
+    generated tokens per step and tokens/s (total tokens over total seconds)."""
+    if not steps:
+        raise ValueError("no measured steps (the warm-up step is not one): raise trl_steps")
+    secs = sorted(s for s, _ in steps)
+    k = len(secs)
+    median = secs[k // 2] if k % 2 else (secs[k // 2 - 1] + secs[k // 2]) / 2
+    tokens = sum(t for _, t in steps)
+    return {"steps": k, "median_s": median, "min_s": secs[0], "max_s": secs[-1],
+            "tokens_per_step": tokens / k, "tokens_per_s": tokens / sum(secs)}  # fmt: skip
+
+
+def _steps_note(x: dict) -> str:
+    return (
+        f"median of {x['steps']} steps after a warm-up one (range {x['min_s']:.3g}–{x['max_s']:.3g} s); "
+        f"{x['tokens_per_step']:.0f} generated tokens/step, {x['tokens_per_s']:.0f} tokens/s"
     )
-    return [
-        Row("TRL GRPOTrainer step (Bandit, naive)", theirs, "s", vs_naive=1.0, note=shape),
-        Row("TRL comparison: our step (Bandit)", ours, "s", "ours ≥ 3× faster", theirs / ours, shape),
-    ]
 
 
-def trl_step_time(name: str, device: str, size: dict) -> float:
-    """Seconds per GRPOTrainer step (generation in transformers, no vLLM), after the first."""
+def our_grpo_config(name: str, device: str, size: dict, n: int, steps: int):
+    """Our side of the comparison: StarPO-GRPO on Bandit under `TRL_TERMS`."""
+    return train_config(
+        name,
+        device,
+        {**size, "max_new_tokens": n},
+        env="bandit",
+        steps=steps,
+        algo={"name": "starpo-grpo", "kl_coef": 0.0, "entropy_coef": 0.0},
+        one_update=True,
+        extra={
+            "rollout": {"stop_at_answer": False},
+            "train": {"log_kl_ref": False, "loss_agg": "token-mean"},
+        },
+    )
+
+
+def our_grpo_steps(name: str, device: str, size: dict, n: int) -> list[tuple[float, float]]:
+    """(seconds, generated tokens) of each of our steps after the first."""
+    from ragen_lib import trainer
+
+    cfg = our_grpo_config(name, device, size, n, size["trl_steps"] + 1)
+    out = trainer.train(cfg, run=None, progress=False)[1:]
+    return [(m["time/step"], m["throughput/gen_tokens_per_s"] * m["time/rollout"]) for m in out]
+
+
+def trl_args(size: dict, n: int, setup: dict, output_dir: str, device: str):
+    """GRPOConfig for `TRL_TERMS` (TRL's own defaults where they already match)."""
+    from trl import GRPOConfig
+
+    P, N = size["groups"], size["group_size"]
+    knobs = {k: v for k, v in setup.items() if k != "compile"}
+    return GRPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=P * N,
+        num_generations=N,
+        max_completion_length=n,
+        max_steps=size["trl_steps"] + 1,
+        learning_rate=1e-6,
+        beta=0.0,
+        loss_type="dapo",
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        num_iterations=1,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,  # each step's completions/mean_length
+        gradient_checkpointing=False,  # ours does not checkpoint either
+        use_cpu=not device.startswith("cuda"),
+        bf16=device.startswith("cuda"),
+        disable_tqdm=True,
+        **knobs,
+    )
+
+
+def trl_mismatches(cfg, args) -> list[str]:
+    """Where our config (`our_grpo_config`) and TRL's (`trl_args`) differ on `TRL_TERMS`: each a
+    reason the comparison would not be fair. `measure_trl` refuses to report while any remains."""
+    r, a, t = cfg.rollout, cfg.algo, cfg.train
+    rows = t.groups * t.group_size
+    stop = (args.generation_kwargs or {}).get("stop_strings")
+    checks = {
+        "stop rule (ours stops at </answer> as well as EOS)": r.stop_at_answer or bool(stop),
+        "new-token cap": r.max_new_tokens != args.max_completion_length,
+        "temperature": r.temperature != args.temperature or args.top_p != 1.0 or args.top_k not in (0, None),
+        "rows per step": rows != args.per_device_train_batch_size or t.group_size != args.num_generations,
+        "KL term (TRL beta)": bool(a.kl_coef) or args.beta != 0.0,
+        "reference forward (ours logs policy/kl_ref)": t.log_kl_ref,
+        "entropy bonus (TRL has none)": a.entropy_coef != 0,
+        "loss aggregation (token mean over the batch)": t.loss_agg != "token-mean"
+        or args.loss_type not in ("dapo", "bnpo"),
+        "optimizer steps per batch": t.mini_batch_size < rows
+        or t.ppo_epochs != 1
+        or args.num_iterations != 1
+        or (args.steps_per_generation or 1) != 1
+        or args.gradient_accumulation_steps != 1,
+        "advantage (group-normalized GRPO)": a.advantage != "grpo"
+        or args.scale_rewards not in ("group", True),
+        "learning rate": t.actor_lr != args.learning_rate,
+    }
+    return [k for k, bad in checks.items() if bad]
+
+
+def trl_step_times(name: str, device: str, size: dict, n: int, setup: dict) -> list[tuple[float, float]]:
+    """(seconds, generated tokens) of each GRPOTrainer step after the first (generation in
+    transformers, no vLLM), under `setup` (a `TRL_SETUPS` value)."""
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOTrainer
 
     from ragen_lib.config import RolloutConfig
     from ragen_lib.envs import make
     from ragen_lib.rollout import Episode
 
     model, tok = models.load(name, device=device)
-    P, N, n = size["groups"], size["group_size"], size["max_new_tokens"]
+    P, N = size["groups"], size["group_size"]
     prompts = [Episode(make("bandit"), s, RolloutConfig(max_turns=1)).messages for s in range(P)]
 
     def reward(completions, **_):
         return [float("</answer>" in (c[-1]["content"] if isinstance(c, list) else c)) for c in completions]
 
     times: list[float] = []
+    lengths: list[float] = []
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -594,24 +782,15 @@ def trl_step_time(name: str, device: str, size: dict) -> float:
             _sync(device)
             times[-1] = time.perf_counter() - times[-1]
 
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                lengths.append(logs["completions/mean_length"] * P * N)
+
     with tempfile.TemporaryDirectory() as tmp:
-        args = GRPOConfig(
-            output_dir=tmp,
-            per_device_train_batch_size=P * N,
-            num_generations=N,
-            max_completion_length=n,
-            max_steps=size["trl_steps"] + 1,
-            learning_rate=1e-6,
-            beta=0.0,
-            temperature=1.0,
-            report_to=[],
-            save_strategy="no",
-            logging_steps=10**6,
-            gradient_checkpointing=False,  # ours does not checkpoint either
-            use_cpu=not device.startswith("cuda"),
-            bf16=device.startswith("cuda"),
-            disable_tqdm=True,
-        )
+        args = trl_args(size, n, setup, tmp, device)
+        unfair = trl_mismatches(our_grpo_config(name, device, size, n, 2), args)
+        if unfair:
+            raise ValueError(f"the TRL comparison is not on equal terms: {unfair}")
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=reward,
@@ -620,8 +799,13 @@ def trl_step_time(name: str, device: str, size: dict) -> float:
             train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * 64),
             callbacks=[Clock()],
         )
+        trainer.remove_callback(PrinterCallback)  # with tqdm off it prints every step's logs
+        if setup.get("compile"):
+            trainer.generation_config.disable_compile = False
         trainer.train()
-    return min(times[1:] or times)
+    if len(lengths) != len(times):
+        raise RuntimeError(f"TRL logged {len(lengths)} completion lengths for {len(times)} steps")
+    return list(zip(times, lengths))[1:]
 
 
 # ----------------------------------------------------------------------------------------------

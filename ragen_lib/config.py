@@ -359,6 +359,11 @@ class TrainConfig:
     group's whole first prompt) once, with gradients, and repeat its keys and values to the rows.
     The same loss and gradients (tests/test_lean_update.py: float64, 1e-8); off: every row forwards
     its whole sequence."""
+    log_kl_ref: bool = True
+    """Run the reference forward every step to log `policy/kl_ref` even when no loss or reward uses
+    it (algo.kl_coef 0). Off: that forward is skipped and the metric is NaN; a run whose KL term is
+    on computes it regardless. `make bench` turns it off for the TRL comparison (TRL's beta=0 has no
+    reference model)."""
 
     def __post_init__(self):
         _check_fields("train", self)
@@ -433,6 +438,8 @@ HASH_NEUTRAL: dict[str, object] = {
     "rollout.keep_kv": True,
     "train.minibatch_order": "shuffled",
     "train.loss_agg": "token-mean",
+    # A diagnostic forward, not part of the update.
+    "train.log_kl_ref": True,
 }
 
 

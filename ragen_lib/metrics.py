@@ -60,7 +60,9 @@ METRICS: dict[str, Metric] = {
     "reward/frac_zero_std": Metric("groups with zero std", "fraction of groups whose rewards are all equal"),
     "policy/entropy": Metric("entropy", "mean per-token entropy of the policy on the loss mask"),
     "policy/kl_ref": Metric(
-        "KL to reference", "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update"
+        "KL to reference",
+        "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update "
+        "(NaN when train.log_kl_ref is off and no KL term runs)",
     ),
     "policy/grad_norm": Metric(
         "grad norm", "global gradient norm before clipping (mean over optimizer steps)"
@@ -87,9 +89,11 @@ METRICS: dict[str, Metric] = {
     "critic/skipped_steps": Metric(
         "skipped critic steps", "critic optimizer steps skipped for a non-finite gradient, since the start"
     ),
-    "loss/policy": Metric("policy loss", "the objective's loss (mean over micro-batches)"),
-    "loss/value": Metric("value loss", "the critic's clipped value loss"),
-    "loss/apo": Metric("A*-PO loss", "A*-PO's regression loss"),
+    "loss/policy": Metric(
+        "policy loss", "the objective's loss of each mini-batch (mean over the step's mini-batches)"
+    ),
+    "loss/value": Metric("value loss", "the critic's clipped value loss of each mini-batch (mean over them)"),
+    "loss/apo": Metric("A*-PO loss", "A*-PO's regression loss of each mini-batch (mean over them)"),
     "response/length": Metric("response tokens", "generated tokens per turn"),
     "reasoning/length": Metric("reasoning tokens", "tokens of the parsed <think> text per turn"),
     "reasoning/distinct2": Metric("distinct-2", "distinct bigrams / all bigrams of the reasoning texts"),

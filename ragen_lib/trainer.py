@@ -129,6 +129,9 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         if a.advantage == "apo":  # A*-PO's betas are set for rewards spanning about [0, 1]
             data["rewards"] = data["rewards"] / reward_scale
         mask = data["loss_mask"]
+        # The state each row played: a group's rows share their first prompt, which packing keeps
+        # together so that train.shared_prefix forwards it once per micro-batch (`_packs`).
+        groups = torch.tensor([full.seeds[i] for i in shard.rows.tolist()], dtype=torch.long)
 
         # ---- old-policy, reference and critic forwards (no grad, once per batch) ----
         # With one optimizer step per batch the update's own forward runs the policy the old
@@ -139,6 +142,9 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         old_from_update = (
             REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward and a.advantage == "gae")
         )
+        # A*-PO's objective is a log-ratio to the reference and a KL term needs it; else only the
+        # policy/kl_ref diagnostic does (without it ref_logp stays 0: no term reads it).
+        with_ref = bool(a.kl_coef) or a.objective == "apo" or t.log_kl_ref
         t1 = time.perf_counter()
         fwd = _no_grad_forwards(
             data,
@@ -148,8 +154,10 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             t.micro_batch_size,
             device,
             with_policy=not old_from_update,
+            with_reference=with_ref,
             micro_tokens=t.micro_batch_tokens,
             share=t.shared_prefix,
+            groups=groups,
         )
         kl = A.kl_penalty(fwd["old_logp"], fwd["ref_logp"], kind=a.kl_estimator) * mask  # (B, T)
         t_forward = time.perf_counter() - t1
@@ -189,6 +197,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             skipped,
             mb_size=mb_size,
             old_from_update=old_from_update,
+            groups=groups,
         )
         t_update = time.perf_counter() - t2
         skipped["optimizer_steps"] += len(update["policy/grad_norm"])  # one norm per optimizer step
@@ -197,7 +206,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         m.update(M.step_metrics(
             episodes, tokenizer=tok, group_std=group_std, keep=keep, update=update,
             kept_reasoning=shard.cat(data["reasoning_bonus"]),
-            **_batch_metrics(data, returns, ranks, critic is not None, full, shard), **{
+            **_batch_metrics(data, returns, ranks, critic is not None, full, shard, with_ref), **{
                 "policy/skipped_steps": skipped["policy"], "critic/skipped_steps": skipped["critic"],
                 "policy/optimizer_steps": len(update["policy/grad_norm"]),
                 "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
@@ -257,25 +266,31 @@ def _no_grad_forwards(
     device,
     *,
     with_policy: bool,
+    with_reference: bool = True,
     micro_tokens: int = 0,
     share: bool = False,
+    groups: torch.Tensor | None = None,
 ) -> dict:
-    """Old-policy log-probs and entropies (unless the update supplies them), reference log-probs and
-    critic values of every row, all (B, T) on the CPU, 0 off the loss mask (values: everywhere)."""
+    """Old-policy log-probs and entropies (unless the update supplies them), reference log-probs
+    (unless nothing needs them: NaN) and critic values of every row, all (B, T) on the CPU, 0 off
+    the loss mask (values: everywhere)."""
     out = {k: torch.zeros_like(data["loss_mask"]) for k in ("old_logp", "ref_logp", "values", "entropy")}
     with torch.no_grad():
         # One pass over the data: each packed micro-batch goes to the device once and through the
         # policy, the reference and the critic in turn.
-        for rows in _packs(torch.arange(len(data["loss_mask"])), data["attention_mask"], micro, micro_tokens):
+        rows_all = torch.arange(len(data["loss_mask"]))
+        shared = (data["input_ids"], groups) if share else None
+        for rows in _packs(rows_all, data["attention_mask"], micro, micro_tokens, shared):
             mb, how = _micro(data, rows, device, share)
             ids, attn, lm = mb["input_ids"], mb["attention_mask"], mb["loss_mask"]
             w = ids.shape[1]
             if with_policy:
                 lp, e = models.forward_logp(policy, ids, attn, lm, with_entropy=True, **how)
                 out["old_logp"][rows, :w], out["entropy"][rows, :w] = lp.cpu(), e.cpu()
-            out["ref_logp"][rows, :w] = models.forward_logp(
-                reference, ids, attn, lm, with_entropy=False, **how
-            )[0].cpu()
+            if with_reference:
+                out["ref_logp"][rows, :w] = models.forward_logp(
+                    reference, ids, attn, lm, with_entropy=False, **how
+                )[0].cpu()
             if critic:
                 out["values"][rows, :w] = critic(ids, attn, **how).cpu()
     return out
@@ -283,7 +298,7 @@ def _no_grad_forwards(
 
 def _update(
     data: dict, shard: Shard, actor: tuple, value: tuple, cfg: Config, step: int, device, skipped: dict, *,
-    mb_size: int, old_from_update: bool
+    mb_size: int, old_from_update: bool, groups: torch.Tensor | None = None
 ) -> dict[str, list[float]]:  # fmt: skip
     """`ppo_epochs` passes of mini-batch updates over the kept batch; returns the per-micro-batch
     (grad norm: per optimizer step) statistics of all ranks.
@@ -298,6 +313,13 @@ def _update(
     (policy, opt), (critic, critic_opt) = actor, value
     objective = A.POLICY_OBJECTIVES[a.objective]
     stats: dict[str, list[float]] = {k: [] for k in M.UPDATE_KEYS}  # the same keys on every rank
+    # A micro-batch's loss is its weighted share of the mini-batch loss: summed over the micro-batches
+    # (and ranks), so the logged loss does not depend on how a mini-batch was cut.
+    loss_keys = [
+        "loss/policy",
+        *(["loss/value"] if critic else []),
+        *(["loss/apo"] if a.objective == "apo" else []),
+    ]
     order = torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.MINIBATCH_ORDER))
     row_tokens = shard.cat(data["loss_mask"].sum(1))  # (B_all,) loss tokens per global kept row
     policy.train()
@@ -309,7 +331,10 @@ def _update(
             opt.zero_grad(set_to_none=True)
             if critic:
                 critic_opt.zero_grad(set_to_none=True)
-            for rows, token_share in _micro_batches(shard.local(mb_rows), mb_rows, row_tokens, data, t):
+            part = {k: torch.zeros((), device=device) for k in loss_keys}  # this rank's share
+            for rows, token_share in _micro_batches(
+                shard.local(mb_rows), mb_rows, row_tokens, data, t, groups
+            ):
                 mb, how = _micro(data, rows, device, t.shared_prefix)
                 logp, ent = models.forward_logp(
                     policy,
@@ -327,9 +352,12 @@ def _update(
                     )
                     mb["old_logp"] = logp.detach()
                 loss, s = objective(logp, mb, a, token_share=token_share, seq_share=len(rows) / len(mb_rows))
-                stats["loss/policy"].append(loss.detach())  # read once, at the end of the update
+                part["loss/policy"] += loss.detach()  # read once, at the end of the update
                 for k, v in s.items():
-                    stats[k].append(v)
+                    if k in part:
+                        part[k] += v
+                    else:
+                        stats[k].append(v)
                 if a.kl_coef and not a.kl_in_reward:  # GRPO's KL: a loss term
                     kl_now = A.kl_penalty(logp, mb["ref_logp"], kind=a.kl_estimator)
                     loss = loss + a.kl_coef * A.masked_mean(kl_now, mb["loss_mask"]) * token_share
@@ -345,21 +373,35 @@ def _update(
                         * token_share
                     )
                     vl.backward()
-                    stats["loss/value"].append(vl.detach())
+                    part["loss/value"] += vl.detach()
+            for k, v in part.items():
+                stats[k].append(v)
             stats["policy/grad_norm"].append(_step(policy, opt, t.grad_clip, shard, skipped, "policy"))
             if critic:
                 _step(critic, critic_opt, t.grad_clip, shard, skipped, "critic")
     policy.eval()
     # Per-micro-batch values of every rank; the grad norm is taken after the sum over ranks, so it
-    # is the same on every rank and not gathered. The statistics stayed on the device: one read each.
-    return {
-        k: v if k == "policy/grad_norm" else shard.cat(torch.stack(v).tolist() if v else [])
-        for k, v in stats.items()
-    }
+    # is the same on every rank and not gathered; the losses, one per mini-batch, are summed over
+    # ranks. The statistics stayed on the device: one read each.
+    out = {}
+    for k, v in stats.items():
+        if k == "policy/grad_norm":
+            out[k] = v
+        elif k in loss_keys:
+            out[k] = shard.ranks.sum(torch.stack(v)).tolist()
+        else:
+            out[k] = shard.cat(torch.stack(v).tolist() if v else [])
+    return out
 
 
 def _batch_metrics(
-    data: dict, returns: torch.Tensor, ranks: Ranks, has_critic: bool, full: RolloutBatch, shard: Shard
+    data: dict,
+    returns: torch.Tensor,
+    ranks: Ranks,
+    has_critic: bool,
+    full: RolloutBatch,
+    shard: Shard,
+    with_ref: bool = True,
 ) -> dict:
     """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens;
     the sampler–update log-prob gap over the kept rows' generated tokens (read from the rollout batch
@@ -370,7 +412,7 @@ def _batch_metrics(
     return {
         "rollout/logprob_gap": float(ranks.masked_mean(gap, full.loss_mask[shard.rows])),
         "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
-        "policy/kl_ref": float(ranks.masked_mean(kl, mask)),
+        "policy/kl_ref": float(ranks.masked_mean(kl, mask)) if with_ref else float("nan"),
         "critic/explained_var": M.explained_variance(data["values"], returns, mask, ranks.masked_mean)
         if has_critic
         else float("nan"),
@@ -401,7 +443,9 @@ def _step(module, opt, grad_clip: float, shard: Shard, skipped: dict, name: str)
     return norm
 
 
-def _micro_batches(local: torch.Tensor, mb_rows: torch.Tensor, row_tokens: torch.Tensor, data: dict, t):
+def _micro_batches(
+    local: torch.Tensor, mb_rows: torch.Tensor, row_tokens: torch.Tensor, data: dict, t, groups=None
+):
     """This rank's micro-batches of a mini-batch (`mb_rows`, global; `local`, this rank's rows)
     and each one's weight in the mini-batch loss, which multiplies its own token mean.
 
@@ -413,26 +457,57 @@ def _micro_batches(local: torch.Tensor, mb_rows: torch.Tensor, row_tokens: torch
         n_micro = -(-len(mb_rows) // t.micro_batch_size)
         return [(rows, 1.0 / n_micro) for rows in local.split(t.micro_batch_size)]
     n_tok = float(row_tokens[mb_rows].sum().clamp(min=1))  # token-mean over the GLOBAL mini-batch
-    packs = _packs(local, data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens)
+    shared = (data["input_ids"], groups) if t.shared_prefix else None
+    packs = _packs(local, data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens, shared)
     return [(rows, float(data["loss_mask"][rows].sum()) / n_tok) for rows in packs]  # CPU: no sync
 
 
-def _packs(rows: torch.Tensor, attn: torch.Tensor, size: int, tokens: int) -> list[torch.Tensor]:
+def _packs(
+    rows: torch.Tensor, attn: torch.Tensor, size: int, tokens: int, shared: tuple | None = None
+) -> list[torch.Tensor]:
     """`rows` (of the CPU mask `attn`) in micro-batches packed to a token budget: sorted by length,
     each takes rows while rows × its longest row ≤ `tokens` (0: `size` × the longest row of
     `attn`, the most an unsorted micro-batch of `size` rows could cost). Each micro-batch keeps its
     rows in their given order. Any grouping gives the same gradient (each micro-batch is weighted
-    by its share of the mini-batch); similar lengths together compute far less padding."""
+    by its share of the mini-batch); similar lengths together compute far less padding.
+
+    `shared` = (ids, groups or None) when train.shared_prefix forwards a micro-batch's common prefix once
+    (`models.hidden_states`): rows are sorted by group (the state they played), then length, and a
+    micro-batch's cost is the positions it computes, prefix + rows × (longest − prefix). A row
+    joins the micro-batch when that stays within the budget and costs no more than forwarding the
+    row on its own: a group's rows share its whole first prompt (one forward of it, not N), and
+    rows of different groups join only where their padding costs less than their second prompt."""
     if not len(rows):
         return []  # a rank may hold no row of a mini-batch
     lengths = attn.sum(1)
     budget = tokens or size * int(lengths.max())
-    order = lengths[rows].argsort(stable=True)  # positions in `rows`, shortest first
-    packs, start = [], 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or (i + 1 - start) * int(lengths[rows[order[i]]]) > budget:
-            packs.append(rows[order[start:i].sort().values])
-            start = i
+    if shared is None:
+        order = lengths[rows].argsort(stable=True)  # positions in `rows`, shortest first
+        packs, start = [], 0
+        for i in range(1, len(order) + 1):
+            if i == len(order) or (i + 1 - start) * int(lengths[rows[order[i]]]) > budget:
+                packs.append(rows[order[start:i].sort().values])
+                start = i
+        return packs
+    ids, groups = shared
+    groups = torch.zeros(len(attn), dtype=torch.long) if groups is None else groups
+    key = groups[rows] * (attn.shape[1] + 1) + lengths[rows]  # by group, then length
+    packs, pack, prefix, longest = [], [], 0, 0
+    for i in key.argsort(stable=True).tolist():
+        r, n = int(rows[i]), int(lengths[rows[i]])
+        if pack:
+            first = int(rows[pack[0]])
+            m = min(n, longest)
+            same = int((ids[r, :m] == ids[first, :m]).long().cumprod(0).sum())
+            p = min(prefix, same, n - 1)  # `models.common_prefix` of the pack with this row
+            w = max(longest, n)
+            cost = p + (len(pack) + 1) * (w - p)
+            if cost <= min(budget, prefix + len(pack) * (longest - prefix) + n):
+                pack, prefix, longest = pack + [i], p, w
+                continue
+            packs.append(rows[sorted(pack)])
+        pack, prefix, longest = [i], n - 1, n
+    packs.append(rows[sorted(pack)])
     return packs
 
 

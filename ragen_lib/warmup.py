@@ -1,7 +1,8 @@
 """Warm-ups before RL: behaviour cloning on well-formed answers, and the probe that measures them.
 
-The embedded 135M model answers in RAGEN's `<think>…</think><answer>…</answer>` format about once
-in 16 zero-shot, so RL would first spend its steps learning the format. `train.warmup` chooses:
+The embedded 135M model answered in RAGEN's `<think>…</think><answer>…</answer>` format 0 times in
+64 zero-shot on every env (it opens `<think>` and does not close it; docs/FIDELITY.md), so RL
+would first spend its steps learning the format. `train.warmup` chooses:
 
 - `format`: BC on well-formed answers whose actions are drawn uniformly from the valid ones: the
   format without the task, so a later rise in success is RL's;

@@ -1,6 +1,8 @@
 """The fast paths `make bench` measures must compute what the slow ones do."""
 
+import dataclasses
 import json
+import types
 
 import pytest
 import torch
@@ -202,3 +204,49 @@ def test_work_counters_are_off_outside_counting(tiny):
         "decode_row_steps": 4,
         "decode_steps_per_call": [2],
     }
+
+
+def test_summarize_steps_by_hand():
+    x = bench.summarize_steps([(2.0, 100), (1.0, 80), (4.0, 120), (3.0, 100)])
+    assert x == {"steps": 4, "median_s": 2.5, "min_s": 1.0, "max_s": 4.0,
+                 "tokens_per_step": 100.0, "tokens_per_s": 40.0}  # fmt: skip
+    assert bench.summarize_steps([(3.0, 9), (1.0, 1), (2.0, 2)])["median_s"] == 2.0
+    with pytest.raises(ValueError, match="no measured steps"):
+        bench.summarize_steps([])
+
+
+def _trl_args(**over):
+    """What `bench.trl_args` sets, as plain attributes (CI has no trl)."""
+    size = bench.SIZES["cpu"]
+    args = dict(max_completion_length=16, temperature=1.0, top_p=1.0, top_k=0,
+                per_device_train_batch_size=size["groups"] * size["group_size"],
+                num_generations=size["group_size"], beta=0.0, loss_type="dapo", num_iterations=1,
+                steps_per_generation=1, gradient_accumulation_steps=1, scale_rewards="group",
+                learning_rate=1e-6, generation_kwargs=None)  # fmt: skip
+    return types.SimpleNamespace(**{**args, **over})
+
+
+def test_the_trl_comparison_refuses_unequal_terms():
+    """Ours and TRL's settings must match on every term of TRL_TERMS; each difference is named."""
+    size = bench.SIZES["cpu"]
+    ours = bench.our_grpo_config(models.TINY_RANDOM, "cpu", size, 16, 2)
+    assert bench.trl_mismatches(ours, _trl_args()) == []
+    for over, named in (
+        ({"beta": 0.04}, "KL term"),
+        ({"loss_type": "grpo"}, "loss aggregation"),
+        ({"max_completion_length": 32}, "new-token cap"),
+        ({"num_iterations": 2}, "optimizer steps"),
+        ({"generation_kwargs": {"stop_strings": ["</answer>"]}}, "stop rule"),
+        ({"top_k": 50}, "temperature"),
+    ):
+        assert [m for m in bench.trl_mismatches(ours, _trl_args(**over)) if m.startswith(named)], over
+    for section, key, value, named in (
+        ("rollout", "stop_at_answer", True, "stop rule"),
+        ("train", "log_kl_ref", True, "reference forward"),
+        ("algo", "entropy_coef", 0.001, "entropy bonus"),
+        ("train", "loss_agg", "micro-batch-mean", "loss aggregation"),
+        ("train", "mini_batch_size", 2, "optimizer steps"),
+    ):
+        part = dataclasses.replace(getattr(ours, section), **{key: value})
+        other = dataclasses.replace(ours, **{section: part})
+        assert [m for m in bench.trl_mismatches(other, _trl_args()) if m.startswith(named)], key

@@ -58,6 +58,48 @@ def test_packs_cover_each_row_once_within_the_token_budget():
     assert trainer._packs(torch.tensor([], dtype=torch.long), attn, 2, 0) == []
 
 
+def test_shared_packs_keep_a_group_together_and_compute_fewer_positions():
+    """train.shared_prefix packing: every row once, within the budget in computed positions; a
+    group's rows (one prompt, different answers) share a micro-batch and its prompt is computed
+    once; fewer positions than the length-sorted packs, never more than forwarding rows alone."""
+    g = torch.Generator().manual_seed(3)
+    groups, prompt, T = 4, 40, 60
+    lengths = torch.randint(prompt + 1, T + 1, (groups * 4,), generator=g)
+    ids = torch.randint(0, 50, (groups * 4, T), generator=g)
+    for k in range(groups):  # rows 4k..4k+3 played state k: the same first `prompt` tokens
+        ids[4 * k : 4 * k + 4, :prompt] = torch.randint(0, 50, (prompt,), generator=g)
+    ids[:, :5] = 7  # a system prompt every row shares
+    attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    ids = ids * attn
+    seeds = torch.arange(groups * 4) // 4 + 100
+    rows = torch.randperm(groups * 4, generator=g)
+
+    def positions(packs):
+        total = 0
+        for p in packs:
+            w, pre = int(attn[p].sum(1).max()), models.common_prefix(ids[p], attn[p])
+            total += pre + len(p) * (w - pre)
+        return total
+
+    for size, tokens in ((4, 0), (8, 0), (2, 0), (16, 0), (4, 150)):
+        packs = trainer._packs(rows, attn, size, tokens, (ids, seeds))
+        assert sorted(torch.cat(packs).tolist()) == sorted(rows.tolist())
+        budget = tokens or size * T
+        for p in packs:
+            w, pre = int(attn[p].sum(1).max()), models.common_prefix(ids[p], attn[p])
+            assert len(p) == 1 or pre + len(p) * (w - pre) <= budget
+            pos = [rows.tolist().index(r) for r in p.tolist()]
+            assert pos == sorted(pos)  # the given order within a micro-batch
+        assert positions(packs) <= int(lengths.sum())  # never worse than one row at a time
+        assert positions(packs) < positions(trainer._packs(rows, attn, size, tokens)), (size, tokens)
+    # With room for a group, each micro-batch holds one whole group: its prompt computed once.
+    packs = trainer._packs(rows, attn, 4, 0, (ids, seeds))
+    assert sorted(sorted(seeds[p].tolist()) for p in packs) == [[100 + k] * 4 for k in range(groups)]
+    assert positions(packs) == sum(
+        prompt + 4 * (int(lengths[4 * k : 4 * k + 4].max()) - prompt) for k in range(groups)
+    )
+
+
 def test_packed_micro_batches_give_the_gradient_of_plain_chunks():
     """Token-mean loss summed over micro-batches weighted by their token share: any grouping gives the
     mini-batch gradient (float64, so only the summation order differs)."""
@@ -191,8 +233,8 @@ def test_micro_batch_mean_weighs_micro_batches_equally_as_verl_and_token_mean_we
     from ragen_lib.config import TrainConfig
 
     lengths = [1, 2, 3, 4, 5]
-    _, attn = _rows(lengths, 10)
-    data = {"attention_mask": attn, "loss_mask": attn.double()}
+    ids, attn = _rows(lengths, 10)
+    data = {"input_ids": ids, "attention_mask": attn, "loss_mask": attn.double()}
     row_tokens = data["loss_mask"].sum(1)
     rows = torch.arange(5)
     per_token = torch.ones(5, 5, dtype=torch.float64) * torch.arange(1, 6)[:, None]  # row r's tokens: r+1

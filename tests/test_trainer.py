@@ -427,6 +427,51 @@ def test_old_logprobs_from_the_update_forward_change_nothing(monkeypatch, algo):
         assert f["rollout/format_valid"] == s["rollout/format_valid"]
 
 
+def test_the_reference_forward_runs_only_when_something_reads_it(monkeypatch):
+    """train.log_kl_ref=false with no KL term: no reference forward, policy/kl_ref NaN, and the
+    update unchanged; a KL term (or A*-PO's objective) still gets its reference."""
+    calls = []  # one per no-grad forward (GRPO with one optimizer step: the reference's only)
+    real = trainer.models.forward_logp
+
+    def counted(*a, **k):
+        if not torch.is_grad_enabled():
+            calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(trainer.models, "forward_logp", counted)
+    base = {"algo.name": "starpo-grpo", "algo.kl_coef": 0.0, "train.steps": 2}
+    on = trainer.train(tiny(**base), progress=False)
+    assert calls  # the reference, for the diagnostic
+    calls.clear()
+    off = trainer.train(tiny(**base, **{"train.log_kl_ref": False}), progress=False)
+    assert calls == []
+    for f, s in zip(on, off, strict=True):
+        assert math.isfinite(f["policy/kl_ref"]) and math.isnan(s["policy/kl_ref"])
+        for k in ("loss/policy", "policy/grad_norm", "policy/entropy", "reward/mean"):
+            assert f[k] == pytest.approx(s[k], rel=1e-6, abs=1e-9), k
+    for needs in ({"algo.kl_coef": 0.001}, {"algo.name": "apo"}):
+        calls.clear()
+        [row] = trainer.train(
+            tiny(**{**base, "train.steps": 1, "train.log_kl_ref": False, **needs}), progress=False
+        )
+        assert calls and math.isfinite(row["policy/kl_ref"]), needs
+
+
+@pytest.mark.parametrize("algo", ["starpo-ppo", "apo"])
+def test_the_logged_losses_do_not_depend_on_the_micro_batches(algo):
+    """loss/policy, loss/value and loss/apo are each mini-batch's loss: micro-batches of 1 row or of
+    the whole batch log the same numbers (they once logged the mini-batch loss / their count)."""
+    base = {"algo.name": algo, "train.steps": 1, "train.groups": 2, "train.mini_batches": 2}
+    if algo == "apo":
+        base.update({"algo.apo_prompt_pool": 6, "algo.apo_ref_samples": 2})
+    [one] = trainer.train(tiny(**base, **{"train.micro_batch_size": 1}), progress=False)
+    [all_] = trainer.train(tiny(**base, **{"train.micro_batch_size": 64}), progress=False)
+    keys = ["loss/policy", "loss/value"] if algo == "starpo-ppo" else ["loss/policy", "loss/apo"]
+    for k in keys:
+        assert math.isfinite(one[k]) and one[k] != 0, k
+        assert one[k] == pytest.approx(all_[k], rel=1e-4, abs=1e-7), k
+
+
 def test_four_mini_batches_move_the_ratio_and_the_clip_acts():
     """With one optimizer step per batch the ratio is exactly 1 and clip-higher is inert; with four,
     every mini-batch after the first sees a policy the earlier ones moved."""
