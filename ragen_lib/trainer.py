@@ -272,8 +272,8 @@ def _no_grad_forwards(
     groups: torch.Tensor | None = None,
 ) -> dict:
     """Old-policy log-probs and entropies (unless the update supplies them), reference log-probs
-    (unless nothing needs them: NaN) and critic values of every row, all (B, T) on the CPU, 0 off
-    the loss mask (values: everywhere)."""
+    (0 when nothing reads them, `with_reference` false) and critic values of every row, all (B, T)
+    on the CPU, 0 off the loss mask (values: everywhere)."""
     out = {k: torch.zeros_like(data["loss_mask"]) for k in ("old_logp", "ref_logp", "values", "entropy")}
     with torch.no_grad():
         # One pass over the data: each packed micro-batch goes to the device once and through the
