@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import platform
 import re
 import resource
@@ -50,6 +51,8 @@ SIZES = {
         trl_steps=5,
         trl_new_tokens=(100, 400),
         trl_setups=("dynamic cache", "static cache", "static cache + compile", "paged"),
+        pool_runs=(1, 2, 4),
+        pool_steps=6,
     ),
     "cpu": dict(
         groups=2,
@@ -64,6 +67,8 @@ SIZES = {
         trl_steps=5,
         trl_new_tokens=(16, 32),
         trl_setups=("dynamic cache", "static cache"),
+        pool_runs=(1, 2),
+        pool_steps=2,
     ),
     "quick": dict(
         groups=2,
@@ -78,11 +83,13 @@ SIZES = {
         trl_steps=1,
         trl_new_tokens=(8,),
         trl_setups=("dynamic cache",),
+        pool_runs=(1, 2),
+        pool_steps=1,
     ),
 }
 WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
 """The work section's step: issue #17's real-model CPU row (2×4 episodes, 2 turns, 64 new tokens)."""
-SECTIONS = ("load", "generation", "prefill", "update", "train", "trl", "work", "turns", "memory")
+SECTIONS = ("load", "generation", "prefill", "update", "train", "trl", "work", "turns", "pool", "memory")
 TRL_HINT = "trl not installed (pip install -e .[bench])"
 
 
@@ -809,6 +816,48 @@ def trl_step_times(name: str, device: str, size: dict, n: int, setup: dict) -> l
 
 
 # ----------------------------------------------------------------------------------------------
+# g2. several runs per device (profiles' `runs_per_device`), measured
+# ----------------------------------------------------------------------------------------------
+def measure_runs_per_device(name: str, device: str, size: dict) -> list[Row]:
+    """The same max(pool_runs) training runs (Sokoban, this size, `pool_steps` steps, seeds 0…),
+    trained through `experiments.run_grid` with k workers per device for each k of `pool_runs`:
+    wall time from the first spawn to the last DONE, model loads included (a grid pays them too),
+    and runs' steps per second over all of them. The k with the highest rate is what a profile's
+    `runs_per_device` should say for this device; on a GPU, whether CUDA MPS was running is noted
+    (without it the runs' kernels time-share the GPU instead of running side by side)."""
+    from ragen_lib import experiments
+
+    n = max(size["pool_runs"])
+    cfgs = [
+        train_config(name, device, size, steps=size["pool_steps"], extra={"train": {"seed": seed}})
+        for seed in range(n)
+    ]
+    shape = f"{n} runs × {size['pool_steps']} steps (Sokoban {size['groups']}×{size['group_size']})"
+    mps = f"; CUDA MPS {'on' if mps_running() else 'off'}" if device.startswith("cuda") else ""
+    rows, base = [], None
+    for k in size["pool_runs"]:
+        with tempfile.TemporaryDirectory() as root:
+            t0 = time.perf_counter()
+            experiments.run_grid(
+                root, f"pool-{k}", cfgs, progress=False, slots=experiments.worker_slots(k) if k > 1 else None
+            )
+            wall = time.perf_counter() - t0
+        rate = n * size["pool_steps"] / wall
+        base = base or rate
+        note = f"{shape}, wall {wall:.1f} s{mps}"
+        rows.append(
+            Row(f"runs per device {k}: steps/s of all runs", rate, "steps/s", vs_naive=rate / base, note=note)
+        )
+    return rows
+
+
+def mps_running() -> bool:
+    """Whether a CUDA MPS control daemon runs for this user (its pipe directory exists)."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return os.path.exists(os.path.join(pipe, "control"))
+
+
+# ----------------------------------------------------------------------------------------------
 # h. memory, and the report
 # ----------------------------------------------------------------------------------------------
 def peak_memory(device: str) -> Row:
@@ -924,6 +973,7 @@ def run(
     step("work", lambda: measure_work(name, device))
     step("turns", lambda: measure_turns(name, device, quick))
     step("trl", lambda: measure_trl(name, device, size))
+    step("pool", lambda: measure_runs_per_device(name, device, size))
     step("memory", lambda: [peak_memory(device)])
     head["wall_s"] = round(time.perf_counter() - t_all, 1)
     if before is not None:

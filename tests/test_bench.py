@@ -144,6 +144,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "update: sorted",
         "TRL",
         "turns: prefill tokens, kept KV",
+        "runs per device 2",
         "peak memory",
     ):
         assert any(needle in w for w in whats), (needle, whats)
