@@ -251,3 +251,14 @@ def test_the_trl_comparison_refuses_unequal_terms():
         part = dataclasses.replace(getattr(ours, section), **{key: value})
         other = dataclasses.replace(ours, **{section: part})
         assert [m for m in bench.trl_mismatches(other, _trl_args()) if m.startswith(named)], key
+
+
+def test_an_unequal_trl_comparison_is_refused_not_reported(monkeypatch):
+    """A term that differs is our bug, not the host's: measure_trl raises instead of reporting a
+    failed setup (needs trl: `pip install -e .[bench]`)."""
+    pytest.importorskip("trl")
+    monkeypatch.setattr(bench, "our_grpo_steps", lambda *a: [(1.0, 8.0)])
+    monkeypatch.setattr(bench, "trl_mismatches", lambda cfg, args: ["KL term (TRL beta)"])
+    size = {**bench.SIZES["quick"], "trl_steps": 1}
+    with pytest.raises(bench.UnequalTerms, match="KL term"):
+        bench.measure_trl(models.TINY_RANDOM, "cpu", size)
