@@ -24,6 +24,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -661,12 +662,10 @@ def summarize_steps(steps: list[tuple[float, float]]) -> dict:
     generated tokens per step and tokens/s (total tokens over total seconds)."""
     if not steps:
         raise ValueError("no measured steps (the warm-up step is not one): raise trl_steps")
-    secs = sorted(s for s, _ in steps)
-    k = len(secs)
-    median = secs[k // 2] if k % 2 else (secs[k // 2 - 1] + secs[k // 2]) / 2
+    secs = [s for s, _ in steps]
     tokens = sum(t for _, t in steps)
-    return {"steps": k, "median_s": median, "min_s": secs[0], "max_s": secs[-1],
-            "tokens_per_step": tokens / k, "tokens_per_s": tokens / sum(secs)}  # fmt: skip
+    return {"steps": len(secs), "median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs),
+            "tokens_per_step": tokens / len(secs), "tokens_per_s": tokens / sum(secs)}  # fmt: skip
 
 
 def _steps_note(x: dict) -> str:

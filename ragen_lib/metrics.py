@@ -149,7 +149,8 @@ METRICS: dict[str, Metric] = {
     ),
     "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
 }
-#: The update's statistics, one value per micro-batch (grad norm: per optimizer step), averaged per step.
+#: The update's statistics, one value per micro-batch (losses: per mini-batch; grad norm: per optimizer
+#: step), averaged per step.
 UPDATE_KEYS = (
     "loss/policy",
     "loss/value",

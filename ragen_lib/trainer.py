@@ -301,7 +301,7 @@ def _update(
     mb_size: int, old_from_update: bool, groups: torch.Tensor | None = None
 ) -> dict[str, list[float]]:  # fmt: skip
     """`ppo_epochs` passes of mini-batch updates over the kept batch; returns the per-micro-batch
-    (grad norm: per optimizer step) statistics of all ranks.
+    statistics of all ranks (losses: per mini-batch; grad norm: per optimizer step).
 
     Mini-batches are drawn from the global kept batch (the same permutation on every rank); each
     rank runs the rows it holds and the gradients are summed over ranks before clipping. `actor` is
