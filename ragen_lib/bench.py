@@ -464,23 +464,27 @@ def measure_work(name: str, device: str) -> list[Row]:
 # e3. a multi-turn rollout with each episode's KV cache kept between turns, and without
 # ----------------------------------------------------------------------------------------------
 def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
-    """The work step's rollout (Sokoban, `WORK_SIZE`) played twice in this process, same seeds:
-    re-prefilling the whole conversation every turn (`rollout.keep_kv=false`, the naive column) and
-    prefilling only the env's reply (`keep_kv`). Counters are deterministic; the same tokens must
-    come out of both (the note says whether they did)."""
+    """The work step's rollout (Sokoban, `WORK_SIZE`) played three times in this process, same
+    seeds: re-prefilling the whole conversation every turn (`rollout.keep_kv=false`, the naive
+    column), prefilling only the env's reply (`keep_kv`), and with continuous batching of episodes
+    (`rollout.batching=continuous`). Counters are deterministic; the same tokens must come out of
+    the first two (the note says whether they did); continuous batching draws other samples from
+    the same distribution, so its rows give the tokens generated beside the steps."""
     from ragen_lib.config import RolloutConfig
     from ragen_lib.rollout import collect
 
     size = {**WORK_SIZE, **({"max_new_tokens": 12} if quick else {})}
     model, tok = models.load(name, device=device)
     got = {}
-    for keep in (False, True):
-        cfg = RolloutConfig(max_new_tokens=size["max_new_tokens"], max_turns=size["max_turns"], keep_kv=keep)
+    for keep, batching in ((False, "turn"), (True, "turn"), (True, "continuous")):
+        turns = {"max_new_tokens": size["max_new_tokens"], "max_turns": size["max_turns"]}
+        cfg = RolloutConfig(**turns, keep_kv=keep, batching=batching)
         t0 = time.perf_counter()
         with work.counting() as c:
             batch = collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
-        got[keep] = (c.plain()["rollout"], time.perf_counter() - t0, batch.input_ids)
-    (fresh, t_fresh, ids_fresh), (kept, t_kept, ids_kept) = got[False], got[True]
+        got[keep, batching] = (c.plain()["rollout"], time.perf_counter() - t0, batch.input_ids)
+    (fresh, t_fresh, ids_fresh), (kept, t_kept, ids_kept) = got[False, "turn"], got[True, "turn"]
+    cont, t_cont, _ = got[True, "continuous"]
     same = "same tokens" if torch.equal(ids_fresh, ids_kept) else "DIFFERENT tokens (float rounding)"
     shape = (
         f"Sokoban, 2×{size['group_size']}, ≤{size['max_turns']} turns × {size['max_new_tokens']} tokens; "
@@ -500,6 +504,24 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
             "s",
             vs_naive=t_fresh / t_kept if t_kept else None,
             note=f"re-prefill {t_fresh:.1f} s; {shape}",
+        ),
+        Row(
+            "turns: decode row-steps, continuous vs turn batching",
+            cont["decode_row_steps"],
+            "row-steps",
+            vs_naive=kept["decode_row_steps"] / max(cont["decode_row_steps"], 1),
+            note=(
+                f"turn batching {kept['decode_row_steps']} row-steps in {kept['decode_steps']} steps for "
+                f"{kept['gen_tokens']} tokens; continuous {cont['decode_steps']} steps for "
+                f"{cont['gen_tokens']} tokens (other samples, same distribution); {shape}"
+            ),
+        ),
+        Row(
+            "turns: rollout wall, continuous vs turn batching",
+            t_cont,
+            "s",
+            vs_naive=t_kept / t_cont if t_cont else None,
+            note=f"turn batching (kept KV) {t_kept:.1f} s; {shape}",
         ),
     ]
 

@@ -29,6 +29,8 @@ KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
 
 
+BATCHINGS = ("turn", "continuous")
+"""How a rollout batches its episodes' decoding (rollout.batching)."""
 MINIBATCH_ORDERS = ("shuffled", "in-order")
 LOSS_AGGS = ("token-mean", "micro-batch-mean")
 
@@ -77,9 +79,19 @@ class RolloutConfig:
     (the same numbers up to float rounding). False re-prefills the whole conversation every turn,
     as before issue #17: for comparison and `make bench`'s before/after."""
 
+    batching: str = "turn"
+    """How a rollout's episodes share the decode batch. "turn": every live episode plays its turn
+    in one `generate` call, which decodes until the turn's slowest answer ends, then all step
+    their envs. "continuous": one decode loop for the whole rollout (`engine.play`); an episode
+    whose answer ends steps its env at once and starts its next turn while the others decode,
+    and a finished episode leaves the batch. The same episodes in distribution (the samples drawn
+    differ); `kv_cache` and `keep_kv` apply to "turn" only. "turn" by default until "continuous"
+    is measured on a GPU (`make bench`)."""
+
     def __post_init__(self):
         _check_fields("rollout", self)
         _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
+        _choice("rollout.batching", self.batching, BATCHINGS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,6 +448,7 @@ HASH_NEUTRAL: dict[str, object] = {
     "train.micro_batch_tokens": 0,
     "train.shared_prefix": True,
     "rollout.keep_kv": True,
+    "rollout.batching": "turn",
     "train.minibatch_order": "shuffled",
     "train.loss_agg": "token-mean",
     # A diagnostic forward, not part of the update.

@@ -1,6 +1,6 @@
 """Batched sampling with a KV cache, our own loop rather than `model.generate`, because we need
 (1) a `torch.Generator` we own (HF generate draws from the global RNG), (2) a per-row stop at
-`</answer>` without decoding every row at every step, and (3) one place to make fast later.
+`</answer>` found on the device (`StopOnText`), and (3) one place to make fast.
 
 Every forward runs under `models.autocast(model)` (the model's compute dtype) and takes its
 logits from the float32 LM head (`models.lm_logits`), as the training forward does.
@@ -8,6 +8,7 @@ logits from the float32 LM head (`models.lm_logits`), as the training forward do
 
 from __future__ import annotations
 
+import functools
 import itertools
 import warnings
 import weakref
@@ -31,6 +32,11 @@ POOL_GB = 16.0
 """KV-cache GiB the kept decoders of one model may hold together; the least recently used go
 first. They stay allocated between rollouts, through the update: 128 rows × 2560 positions of the
 135M model in bf16 are 7.5 GB (`static_decoders`, `release` to free them)."""
+LIVENESS_EVERY = {"cuda": 8}
+"""Decode steps between host reads of whether any row is still live, per device type (1 where
+not named). On a GPU a read is a sync that stalls the queue of launched steps; after the last row
+stops, up to this many - 1 steps decode pads nobody reads. On the CPU a read costs nothing and a
+wasted step costs a whole forward, so it reads every step."""
 LOGPROB_TOLERANCE = {torch.float32: (1e-4, 1e-3), torch.bfloat16: (0.05, 0.5)}
 """(mean, max) absolute difference allowed between the teacher-forced log-probs of two decoding
 paths on the same tokens, per compute dtype (`logprob_agreement`). float32: rounding only. bf16:
@@ -82,28 +88,77 @@ def release(model) -> None:
 
 
 class StopOnText:
-    """Per-row stop when the decoded tail contains any of `stops` (e.g. "</answer>").
+    """Per-row stop when the text generated so far contains any of `stops`, found on the device.
 
-    Only rows whose new token can end a stop string are decoded, which keeps the check off the
-    hot path: for "</answer>" that is the few tokens whose text contains ">".
+    Each stop string is matched by a Knuth–Morris–Pratt automaton that reads a whole token per
+    step: a row's state is how many of the stop's first characters its text ends with, and two
+    (state × vocabulary) tables, built once from every token's text, give the next state and
+    whether the token completes the stop. A decode step then costs two gathers per stop and no
+    host sync (the text is never decoded during generation). The text is the tokens' texts
+    joined, which is the decoded text wherever a stop string could be (byte-level BPE splits only
+    multi-byte characters, and the stops are ASCII).
     """
 
-    def __init__(self, tokenizer, stops: tuple[str, ...], tail_tokens: int = 8):
-        self.tokenizer, self.stops, self.tail = tokenizer, stops, tail_tokens
-        last_chars = {s[-1] for s in stops}
-        vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self.candidates = torch.tensor(
-            [any(c in (tok or "") for c in last_chars) for tok in vocab], dtype=torch.bool
-        )
+    def __init__(self, tokenizer, stops: tuple[str, ...]):
+        if not stops or not all(stops):
+            raise ValueError(f"stop strings must be non-empty, got {stops!r}")
+        self.stops = tuple(stops)
+        vocab = [[i] for i in range(len(tokenizer))]
+        texts = tokenizer.batch_decode(vocab, clean_up_tokenization_spaces=False)
+        tables = [_stop_tables(s, texts) for s in self.stops]
+        longest = max(map(len, self.stops))
+        self.next = torch.stack([_pad_states(n, longest) for n, _ in tables])
+        self.hit = torch.stack([_pad_states(h, longest) for _, h in tables])
+        self._on = {}  # device -> (next, hit) there
 
-    def __call__(self, tokens: torch.Tensor, new_tokens: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
-        """tokens: (B, t) generated so far, `new_tokens` its last column; returns (B,) bool."""
-        hit = torch.zeros_like(live)
-        maybe = live & self.candidates.to(new_tokens.device)[new_tokens]
-        for i in maybe.nonzero().flatten().tolist():
-            tail = self.tokenizer.decode(tokens[i, -self.tail :].tolist())
-            hit[i] = any(s in tail for s in self.stops)
-        return hit
+    def start(self, rows: int, device) -> torch.Tensor:
+        """The automata's state for `rows` rows that have generated nothing yet: (rows, stops)."""
+        if device not in self._on:
+            self._on[device] = (self.next.to(device, torch.long), self.hit.to(device))
+        return torch.zeros((rows, len(self.stops)), dtype=torch.long, device=device)
+
+    def step(self, state: torch.Tensor, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Feed each row's new token: advances `state` in place; (rows,) bool, True where the token
+        completes a stop string."""
+        nxt, hit = self._on[state.device]
+        done = torch.zeros_like(new_tokens, dtype=torch.bool)
+        for s in range(len(self.stops)):
+            q = state[:, s]
+            done |= hit[s, q, new_tokens]
+            state[:, s] = nxt[s, q, new_tokens]
+        return done
+
+
+def _stop_tables(stop: str, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """KMP tables of one stop string over token texts: next state and hit, each (len(stop), V).
+    State q means the text ends with stop[:q]; after token text t it is the longest proper prefix
+    of `stop` that stop[:q] + t ends with, and the token hits when stop[:q] + t contains `stop`."""
+    m, chars = len(stop), set(stop)
+    nxt = torch.zeros((m, len(texts)), dtype=torch.int16)
+    hit = torch.zeros((m, len(texts)), dtype=torch.bool)
+    for v, t in enumerate(texts):
+        if not chars.intersection(t):
+            continue  # most tokens: no character of the stop, back to state 0
+        for q in range(m):
+            u = stop[:q] + t
+            if stop in u:
+                hit[q, v] = True
+                continue
+            nxt[q, v] = next((k for k in range(min(m - 1, len(u)), 0, -1) if u.endswith(stop[:k])), 0)
+    return nxt, hit
+
+
+def _pad_states(table: torch.Tensor, states: int) -> torch.Tensor:
+    """Rows for states a shorter stop never reaches, so the stops' tables stack."""
+    return torch.cat([table, table.new_zeros((states - len(table), table.shape[1]))])
+
+
+@functools.lru_cache(maxsize=8)
+def stop_on_text(tokenizer, stops: tuple[str, ...]) -> StopOnText:
+    """`StopOnText`, built once per tokenizer and stops: the tables read the whole vocabulary
+    (about 0.8 s for 49k tokens), and a run generates hundreds of batches (training,
+    validation, warm-up, V* estimation)."""
+    return StopOnText(tokenizer, stops)
 
 
 @torch.no_grad()
@@ -149,28 +204,25 @@ def generate(
         logits, decode, next_pos = _start(model, prompts, max_new_tokens, pad_token_id, group_size, kv_cache)
     token_logp = torch.zeros((B, max_new_tokens), device=device) if logprobs is not None else None
 
-    # Tokens stay on the device until the end: per step the host touches only the rows whose
-    # new token could complete a stop string, not all B rows.
+    # Tokens, stops and liveness stay on the device: the host reads only whether any row is
+    # live, every `every` steps (on a GPU each read waits for the queued steps to finish).
     tokens = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     lengths = torch.full((B,), max_new_tokens, dtype=torch.long, device=device)
     live = torch.ones(B, dtype=torch.bool, device=device)
+    stop_state = stop.start(B, device) if stop is not None else None
+    every = LIVENESS_EVERY.get(device.type, 1)
     steps = 0  # decode forwards run (work counters)
     for i_step in range(max_new_tokens):
-        if temperature > 0:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            new = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            new = logits.argmax(-1)
-        new = torch.where(live, new, torch.full_like(new, pad_token_id))
+        new = torch.where(live, sample(logits, temperature, generator), pad_token_id)
         tokens[:, i_step] = new
         if token_logp is not None:
             token_logp[:, i_step] = torch.log_softmax(logits, dim=-1).gather(1, new[:, None])[:, 0]
         finished = live & (new == eos_token_id)
         if stop is not None:
-            finished |= stop(tokens[:, : i_step + 1], new, live)
+            finished |= live & stop.step(stop_state, new)
         lengths = torch.where(finished, i_step + 1, lengths)
         live &= ~finished
-        if i_step == max_new_tokens - 1 or not live.any():
+        if i_step == max_new_tokens - 1 or ((i_step + 1) % every == 0 and not live.any()):
             break  # no forward for a token nobody will sample
         logits = decode(new, next_pos)
         next_pos = next_pos + 1
@@ -186,6 +238,13 @@ def generate(
         work.add("rollout", decode_row_steps=steps * getattr(decode, "rows", B))
         work.add_decode_call(steps)
     return out
+
+
+def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from float32 logits (B, V): temperature 0 is greedy (ignores `generator`)."""
+    if temperature > 0:
+        return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)[:, 0]
+    return logits.argmax(-1)
 
 
 @torch.no_grad()

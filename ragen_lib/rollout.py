@@ -11,17 +11,17 @@ Two layers:
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from ragen_lib import engine
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.envs.base import TextEnv
-from ragen_lib.generation import KeptKV, StopOnText, generate
+from ragen_lib.generation import KeptKV, generate, stop_on_text
 from ragen_lib.prompting import (
     PREFILL,
     SYSTEM_PROMPT,
@@ -266,17 +266,36 @@ def collect(
     responses: list[list[str]] = [[] for _ in episodes]
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(sample_seed)
-    stop = _answer_stop(tokenizer) if cfg.stop_at_answer else None
+    stop = stop_on_text(tokenizer, ("</answer>",)) if cfg.stop_at_answer else None
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     max_new = episodes[0].max_new_tokens  # one env per batch
     # Each episode's KV cache lives from turn to turn: a turn prefills only the env's reply.
     kept = KeptKV() if cfg.keep_kv else None
 
-    while True:
-        for e, t in zip(episodes, tracks):
-            if not e.done and len(t.ids) + max_new > cfg.max_context_tokens:
-                e.truncated = True  # the next turn would not fit the context
-        live = [i for i, e in enumerate(episodes) if not e.done]
+    def fits(i: int) -> bool:
+        """Whether episode i, not over, has room for its next turn; truncates it if not."""
+        if len(tracks[i].ids) + max_new > cfg.max_context_tokens:
+            episodes[i].truncated = True  # the next turn would not fit the context
+        return not episodes[i].done
+
+    def end_turn(i: int, gen: list[int], logp: list[float]) -> bool:
+        """Episode i's answer `gen`: step its env, extend its track; True when it plays on."""
+        responses[i].append(tokenizer.decode(gen))
+        tracks[i].extend(gen, generated=True, logp=logp)
+        if episodes[i].step(tokenizer.decode(gen, skip_special_tokens=True)) is None:
+            return False
+        suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
+        tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
+        return fits(i)
+
+    if cfg.batching == "continuous":
+        first = [i for i in range(len(episodes)) if fits(i)]
+        engine.play(
+            model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
+            stop=stop, generator=generator, group_size=group_size,
+        )  # fmt: skip
+    while cfg.batching == "turn":
+        live = [i for i in range(len(episodes)) if not episodes[i].done and fits(i)]
         if not live:
             break
         prompts = [tracks[i].ids for i in live]
@@ -297,12 +316,7 @@ def collect(
             logprobs=logps,
         )
         for i, gen, logp in zip(live, new, logps):
-            text = tokenizer.decode(gen, skip_special_tokens=True)
-            responses[i].append(tokenizer.decode(gen))
-            tracks[i].extend(gen, generated=True, logp=logp)
-            if episodes[i].step(text) is not None:
-                suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
-                tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
+            end_turn(i, gen, logp)
 
     return _to_batch(
         episodes, tracks, responses, group_size, pad, _system_turn_length(tokenizer, episodes[0])
@@ -321,13 +335,6 @@ def _system_turn_length(tokenizer, episode: Episode) -> int:
             "use algo.loss_mask=response with this model"
         )
     return len(_encode(tokenizer, system))
-
-
-@functools.lru_cache(maxsize=4)
-def _answer_stop(tokenizer) -> StopOnText:
-    """Built once per tokenizer: scanning a 49k vocabulary costs ~0.5 s, and a run collects
-    hundreds of batches (training, validation, warm-up, V* estimation)."""
-    return StopOnText(tokenizer, ("</answer>",))
 
 
 def _shared_group(prompts: list[list[int]], group_size: int) -> int:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ragen_lib import seeds
 from ragen_lib.config import Config
 from ragen_lib.envs import make
-from ragen_lib.generation import StopOnText, generate
+from ragen_lib.generation import generate, stop_on_text
 from ragen_lib.metrics import distinct_n
 from ragen_lib.models import forward_logp
 from ragen_lib.rollout import Episode, RolloutBatch, collect
@@ -205,7 +205,7 @@ def own_reasoning(
         temperature=r.temperature,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        stop=StopOnText(tok, THINK_STOPS),
+        stop=stop_on_text(tok, THINK_STOPS),
         generator=generator,
         kv_cache=r.kv_cache,
     )

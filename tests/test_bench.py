@@ -144,6 +144,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "update: sorted",
         "TRL",
         "turns: prefill tokens, kept KV",
+        "turns: decode row-steps, continuous vs turn batching",
         "runs per device 2",
         "peak memory",
     ):

@@ -1,11 +1,12 @@
 import copy
 import gc
 import pickle
+import random
 
 import pytest
 import torch
 
-from ragen_lib import generation, models
+from ragen_lib import generation, models, work
 from ragen_lib.config import RolloutConfig
 from ragen_lib.generation import StopOnText, generate
 
@@ -66,19 +67,68 @@ def test_sampling_is_deterministic_given_the_generator(tiny):
     assert run(1, temperature=0.0) == run(2, temperature=0.0)
 
 
+def _first_stop(stop, ids) -> int | None:
+    """Feed `ids` one token per step to `stop`'s automaton; the 1-based step that fires, if any."""
+    state = stop.start(1, torch.device("cpu"))
+    for n, i in enumerate(ids, start=1):
+        if stop.step(state, torch.tensor([i]))[0]:
+            return n
+    return None
+
+
 def test_stop_on_text_fires_on_the_token_that_completes_the_stop(tiny):
     _, tok = tiny
     stop = StopOnText(tok, ("</answer>",))
     ids = tok("<think>x</think><answer>Up</answer> trailing", add_special_tokens=False)["input_ids"]
-    fired_at = None
-    for n in range(1, len(ids) + 1):
-        hit = stop(torch.tensor([ids[:n]]), torch.tensor([ids[n - 1]]), torch.tensor([True]))
-        if hit[0]:
-            fired_at = n
-            break
+    fired_at = _first_stop(stop, ids)
     assert fired_at is not None
     assert tok.decode(ids[:fired_at]).endswith("</answer>")
     assert "</answer>" not in tok.decode(ids[: fired_at - 1])
+
+
+def test_stop_on_text_agrees_with_decoding_the_text_on_random_token_streams(tiny):
+    """The device automaton against the definition (the first prefix whose decoded text contains a
+    stop), on streams built from pieces that split the stops at every place, partial matches that
+    restart (`<</answer>`, `</ans</answer>`) and unrelated tokens; two stops at once."""
+    _, tok = tiny
+    stops = ("</answer>", "</think>")
+    stop = StopOnText(tok, stops)
+    pieces = ["<", "/", "a", "n", "s", "w", "e", "r", ">", "</", "answer", "></", "think", "<<", "</ans",
+              "wer>", " </answer>", "x", " Up", "\n", "<think>", "</think>"]  # fmt: skip
+    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in pieces]
+    rng = random.Random(0)
+    fired = 0
+    for _ in range(300):
+        stream = [i for _ in range(rng.randint(1, 12)) for i in rng.choice(ids)]
+        want = next(
+            (n for n in range(1, len(stream) + 1) if any(s in tok.decode(stream[:n]) for s in stops)), None
+        )
+        assert _first_stop(stop, stream) == want, tok.decode(stream)
+        fired += want is not None
+    assert 50 < fired < 250  # both outcomes are exercised
+
+
+def test_checking_liveness_every_few_steps_changes_no_output(tiny, monkeypatch):
+    """On a GPU the loop reads whether any row is live every LIVENESS_EVERY steps; the extra steps
+    decode pads that nobody reads: same tokens and log-probs, and a kept cache that still resumes."""
+    model, tok = tiny
+    prompts = _prompts(tok)
+    stop = StopOnText(tok, ("a",))  # rows stop early, at different steps
+
+    def run(every):
+        monkeypatch.setitem(generation.LIVENESS_EVERY, "cpu", every)
+        kept, logps = generation.KeptKV(), []
+        kw = _kw(tok, temperature=1.0, max_new_tokens=24)
+        with work.counting() as c:
+            first = generate(model, prompts, stop=stop, kept=kept, logprobs=logps,
+                             generator=torch.Generator().manual_seed(3), **kw)  # fmt: skip
+        second = generate(model, [p + f + [tok.eos_token_id] for p, f in zip(prompts, first)], stop=stop,
+                          kept=kept, generator=torch.Generator().manual_seed(4), **kw)  # fmt: skip
+        return first, logps, second, c["rollout"]["decode_steps"]
+
+    (a, la, a2, steps_a), (b, lb, b2, steps_b) = run(1), run(5)
+    assert a == b and a2 == b2 and la == lb
+    assert steps_a == max(map(len, a)) - 1 < steps_b  # the period's extra steps ran, and changed nothing
 
 
 def _kw(tok, **over):
@@ -269,8 +319,12 @@ class _StopAt:
     def __init__(self, lengths):
         self.lengths = torch.tensor(lengths)
 
-    def __call__(self, tokens, new, live):
-        return live & (self.lengths == tokens.shape[1])
+    def start(self, rows, device):
+        return torch.zeros((rows, 1), dtype=torch.long, device=device)  # tokens seen so far
+
+    def step(self, state, new):
+        state += 1
+        return self.lengths == state[:, 0]
 
 
 @pytest.mark.parametrize("kv_cache", ["dynamic", "static"])

@@ -1,0 +1,103 @@
+"""Continuous batching of episodes (rollout.batching=continuous, ragen_lib/engine.py)."""
+
+import pytest
+import torch
+
+from ragen_lib import config, generation, models, rollout, work
+from ragen_lib.config import RolloutConfig
+from ragen_lib.rollout import collect
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return models.load(models.TINY_RANDOM, device="cpu")
+
+
+def _collect(tiny, env="sokoban", **kw):
+    model, tok = tiny
+    kw = dict(dict(max_new_tokens=10, max_turns=3), **kw)
+    return collect(model, tok, env, [2, 7, 9], 3, RolloutConfig(**kw), sample_seed=4)
+
+
+@pytest.mark.parametrize("stop_at_answer", [False, True])
+def test_greedy_continuous_batching_plays_the_episodes_of_turn_batching(tiny, stop_at_answer):
+    """Greedy decoding does not depend on how rows share the batch: the same episodes, token for
+    token, over turns where rows end their answers and their episodes at different steps."""
+    kw = dict(temperature=0.0, stop_at_answer=stop_at_answer)
+    turn, cont = _collect(tiny, **kw), _collect(tiny, batching="continuous", **kw)
+    assert torch.equal(turn.input_ids, cont.input_ids) and torch.equal(turn.loss_mask, cont.loss_mask)
+    assert turn.responses == cont.responses and torch.equal(turn.num_turns, cont.num_turns)
+    assert turn.rewards.tolist() == cont.rewards.tolist()
+    assert ((turn.sample_logprobs - cont.sample_logprobs) * turn.loss_mask).abs().max() < 1e-4
+
+
+def test_sampled_trajectories_have_the_log_probs_of_a_full_sequence_forward(tiny):
+    """The behaviour log-probs the engine records are those of one forward over each finished
+    conversation (what the update computes): each row's cache holds its tokens at their true
+    positions, however the rows' turns interleaved."""
+    model, _ = tiny
+    b = _collect(tiny, batching="continuous", temperature=1.0, stop_at_answer=False)
+    assert b.num_turns.min() >= 2 and len({len(r) for resp in b.responses for r in resp}) > 1
+    with torch.no_grad():
+        logp, _ = models.forward_logp(model, b.input_ids, b.attention_mask, b.loss_mask, with_entropy=False)
+    assert ((logp - b.sample_logprobs) * b.loss_mask).abs().max() < 1e-4
+    assert (b.sample_logprobs * (1 - b.loss_mask)).abs().max() == 0
+
+
+def _turn_lengths(b) -> list[list[int]]:
+    """Tokens generated per turn, per row: the runs of the loss mask (turns are separated by the
+    env's reply, outside the mask)."""
+    out = []
+    for row in b.loss_mask.long().tolist():
+        runs, n = [], 0
+        for m in row + [0]:
+            if m:
+                n += 1
+            elif n:
+                runs, n = runs + [n], 0
+        out.append(runs)
+    return out
+
+
+def test_a_row_whose_answer_ends_early_starts_its_next_turn_without_waiting(tiny, monkeypatch):
+    """Work counters. Turn batching decodes each turn until its slowest answer ends; continuous
+    batching decodes until the slowest episode ends, at most (its tokens - 1) steps, here where a
+    stop string ends the answers at uneven lengths."""
+    model, tok = tiny
+    # The random model writes "a" now and then: answers of uneven lengths.
+    monkeypatch.setattr(rollout, "stop_on_text", lambda tok, stops: generation.StopOnText(tok, ("a",)))
+    cfg = dict(max_new_tokens=16, max_turns=3)
+    counts = {}
+    for batching in ("turn", "continuous"):
+        with work.counting() as c:
+            b = collect(model, tok, "sokoban", list(range(8)), 2, RolloutConfig(batching=batching, **cfg),
+                        sample_seed=1)  # fmt: skip
+        counts[batching] = (_turn_lengths(b), dict(c["rollout"]))
+    (turn_lengths, t), (cont_lengths, k) = counts["turn"], counts["continuous"]
+    per_turn = [[r[j] for r in turn_lengths if len(r) > j] for j in range(3)]
+    assert t["decode_steps"] == sum(max(x) - 1 for x in per_turn if x)
+    assert k["decode_steps"] <= max(map(sum, cont_lengths)) - 1
+    assert k["decode_steps"] < t["decode_steps"] / 1.5 and k["decode_row_steps"] < t["decode_row_steps"] / 1.5
+    assert k["generate_calls"] == 1
+
+
+def test_reading_liveness_every_few_steps_plays_the_same_greedy_episodes(tiny, monkeypatch):
+    """As on a GPU: rows that ended decode pads until the next read, then their caches roll back."""
+    kw = dict(temperature=0.0, max_new_tokens=14, batching="continuous")  # 14: ends fall between reads
+    with work.counting() as c1:
+        every_step = _collect(tiny, **kw)
+    monkeypatch.setitem(generation.LIVENESS_EVERY, "cpu", 4)
+    with work.counting() as c4:
+        every_four = _collect(tiny, **kw)
+    assert torch.equal(every_step.input_ids, every_four.input_ids) and every_step.num_turns.min() == 3
+    diff = (every_step.sample_logprobs - every_four.sample_logprobs) * every_step.loss_mask
+    assert diff.abs().max() < 1e-4
+    # Every answer runs to the cap: 13 decode steps per turn; between reads, pad steps ran.
+    assert c1["rollout"]["decode_steps"] == 3 * 13 < c4["rollout"]["decode_steps"]
+
+
+def test_batching_is_checked_and_hash_neutral():
+    with pytest.raises(ValueError, match="rollout.batching"):
+        config.from_dict({"rollout": {"batching": "paged"}})
+    assert config.Config().hash() == config.from_dict({"rollout": {"batching": "turn"}}).hash()
+    assert config.Config().hash() != config.from_dict({"rollout": {"batching": "continuous"}}).hash()
