@@ -49,6 +49,12 @@ class RaggedKV:
         self.k, self.v = [grow(x) for x in self.k], [grow(x) for x in self.v]
         self.length = new
 
+    def move(self, src: int, dst: int) -> None:
+        """Slot `dst` takes slot `src`'s columns (an episode moves to keep the live ones first)."""
+        for x in (*self.k, *self.v):
+            x[dst, :, : self.n[src]] = x[src, :, : self.n[src]]
+        self.n[dst] = self.n[src]
+
     def copy_slot(self, src: int, dst: list[int]) -> None:
         """Give slots `dst` the columns of slot `src` (a group's shared first prompt)."""
         n = self.n[src]
@@ -64,7 +70,7 @@ class RaggedKV:
         start = torch.tensor([self.n[r] for r in rows], device=device)
         self.reserve(max(self.n[r] for r in rows) + width)
         self._read = max(self.n[r] for r in rows) + width
-        self._all = rows == list(range(len(self.n)))
+        self._prefix = rows == list(range(len(rows)))  # slots 0..R-1: read them as a view
         self._rows = torch.tensor(rows, device=device)
         pos = start[:, None] + torch.arange(width, device=device)[None]
         self._cols = pos
@@ -75,8 +81,10 @@ class RaggedKV:
         out = []
         for store, new in ((self.k[layer_idx], key_states), (self.v[layer_idx], value_states)):
             store[self._rows[:, None], :, self._cols] = new.transpose(1, 2).to(store.dtype)
-            # A view when the forward is over every slot in order (most decode steps), else a copy.
-            out.append(store[:, :, : self._read] if self._all else store[self._rows, :, : self._read])
+            # A view when the rows are the first slots in order (every decode step: `play` keeps the
+            # live episodes in slots 0..R-1), else a copy (a prefill of some rows).
+            R = len(self._rows)
+            out.append(store[:R, :, : self._read] if self._prefix else store[self._rows, :, : self._read])
         return tuple(out)
 
     def forward(self, model, rows: list[int], ids: torch.Tensor, lengths: list[int]) -> torch.Tensor:
@@ -84,8 +92,6 @@ class RaggedKV:
         columns; float32 logits (R, V) of each row's next token."""
         device = self.k[0].device
         pos, mask = self._begin(rows, ids.shape[1])
-        if work.active() is not None:
-            work.add("rollout", prefill_tokens=ids.numel(), prefill_real=sum(lengths))
         impl = model.config._attn_implementation
         if impl == "eager":  # eager adds the mask to the scores
             mask = torch.zeros(mask.shape, device=device).masked_fill(~mask, torch.finfo(torch.float32).min)
@@ -115,94 +121,117 @@ def _right_pad(seqs: list[list[int]], device) -> torch.Tensor:
 
 def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature: float, eos: int, pad: int,
          stop: StopOnText | None, generator, group_size: int) -> None:  # fmt: skip
-    """Decode every episode to its end. `tracks[i].ids` is row i's conversation; `start` the rows
-    that play a first turn. `on_turn(i, tokens, logps)` is called when row i's turn ends: it steps
-    the env, extends the track, and returns True when row i plays another turn (its track then
-    ends with the next generation prompt). `group_size` > 1: contiguous groups of identical first
-    prompts, each prefilled once and its cache copied to the group's rows."""
+    """Decode every episode to its end. `tracks[i].ids` is episode i's conversation; `start` the
+    episodes that play a first turn. `on_turn(i, tokens, logps)` is called when episode i's answer
+    ends: it steps the env, extends the track, and returns True when episode i plays another turn
+    (its track then ends with the next generation prompt). `group_size` > 1: contiguous groups;
+    whenever every slot starts a turn and each group's rows are identical (the first turn; greedy
+    decoding keeps them so), each group is prefilled once and its cache copied to its slots.
+
+    The live episodes occupy slots 0..R-1, so a decode step reads the cache as a view; when an
+    episode is over, the last live slot moves into its place (one slot's columns, once)."""
     device = next(model.parameters()).device
     S = len(tracks)
     cache = RaggedKV(model, S, -(-(max(len(t.ids) for t in tracks) + max_new) // LENGTH_STEP) * LENGTH_STEP)
-    logits = None  # (S, V) float32: each row's next-token logits, written by prefills and decodes
-    tokens = torch.full((S, max_new + 1), pad, dtype=torch.long, device=device)  # + a column for pads
+    # Per slot, on the device: next-token logits (float32, written by prefills and decodes), the
+    # answer so far and its log-probs (+ a column that takes the pads of rows that ended), tokens
+    # sampled this turn, whether the answer is still going, the stop automata's state.
+    logits = None
+    tokens = torch.full((S, max_new + 1), pad, dtype=torch.long, device=device)
     logps = torch.zeros((S, max_new + 1), device=device)
-    count = torch.zeros(S, dtype=torch.long, device=device)  # tokens sampled this turn
+    count = torch.zeros(S, dtype=torch.long, device=device)
     live = torch.zeros(S, dtype=torch.bool, device=device)
     state = stop.start(S, device) if stop is not None else None
-    turn_start = [0] * S
+    turn_start = [0] * S  # per slot: the column where its current answer began
+    episode = list(start) + [i for i in range(S) if i not in set(start)]  # slot -> episode
+    R = len(start)  # live slots
     every = LIVENESS_EVERY.get(device.type, 1)
 
-    def admit(rows: list[int]) -> None:
+    def admit(slots: list[int]) -> None:
         nonlocal logits
-        lead = rows
+        lead = slots
         if (
             group_size > 1
-            and len(rows) == S
-            and all(tracks[i].ids == tracks[i - i % group_size].ids for i in rows)
+            and slots == list(range(S))
+            and episode == list(range(S))
+            and all(tracks[i].ids == tracks[i - i % group_size].ids for i in slots)
         ):
-            lead = rows[::group_size]
-        segments = [tracks[i].ids[cache.n[i] :] for i in lead]
-        out = cache.forward(model, lead, _right_pad(segments, device), [len(s) for s in segments])
-        if lead is not rows:
+            lead = slots[::group_size]
+        segments = [tracks[episode[s]].ids[cache.n[s] :] for s in lead]
+        ids = _right_pad(segments, device)
+        work.add("rollout", prefill_tokens=ids.numel(), prefill_real=sum(map(len, segments)))
+        out = cache.forward(model, lead, ids, [len(x) for x in segments])
+        if lead is not slots:
             for leader in lead:
                 cache.copy_slot(leader, list(range(leader + 1, leader + group_size)))
             out = out.repeat_interleave(group_size, dim=0)
         if logits is None:
             logits = out.new_zeros((S, out.shape[1]))
-        index = torch.tensor(rows, device=device)
+        index = torch.tensor(slots, device=device)
         logits[index] = out
         live[index], count[index] = True, 0
         if state is not None:
             state[index] = 0
-        for i in rows:
-            turn_start[i] = cache.n[i]
+        for s in slots:
+            turn_start[s] = cache.n[s]
 
-    rows = sorted(start)
-    if rows:
-        admit(rows)
+    def move(src: int, dst: int) -> None:
+        cache.move(src, dst)
+        for x in (tokens, logps, count, live, logits) + ((state,) if state is not None else ()):
+            x[dst] = x[src]
+        turn_start[dst], episode[dst] = turn_start[src], episode[src]
+
+    if R:
+        admit(list(range(R)))
     steps = row_steps = gen_tokens = 0
     i_step = 0
-    while rows:
-        at = torch.tensor(rows, device=device)
-        x = logits[at]
-        was = live[at]
+    while R:
+        at = torch.arange(R, device=device)
+        x = logits[:R]
+        was = live[:R].clone()
         new = torch.where(was, sample(x, temperature, generator), pad)
-        col = count[at]
+        col = count[:R]
         tokens[at, col] = new
         logps[at, col] = torch.log_softmax(x, dim=-1).gather(1, new[:, None])[:, 0]
-        count[at] = col + was.long()
-        ended = was & ((new == eos) | (count[at] >= max_new))
+        count[:R] += was.long()
+        ended = was & ((new == eos) | (count[:R] >= max_new))
         if stop is not None:
-            sub = state[at]
-            ended |= was & stop.step(sub, new)
-            state[at] = sub
-        live[at] = was & ~ended
+            ended |= was & stop.step(state[:R], new)  # a view: the automata advance in place
+        live[:R] = was & ~ended
         i_step += 1
-        admitted: list[int] = []
+        done: dict[int, int] = {}  # slot -> its cache length once the answer's end is read
         if i_step % every == 0:
-            flags = live[at].tolist()
-            done = [r for r, f in zip(rows, flags) if not f]
-            if done:
-                lengths = count[done].tolist()
-                toks, lps = tokens[done].tolist(), logps[done].tolist()
-                for r, g, t, lp in zip(done, lengths, toks, lps):
+            flags = live[:R].tolist()
+            ended_slots = [s for s in range(R) if not flags[s]]
+            if ended_slots:
+                lengths = count[ended_slots].tolist()
+                toks, lps = tokens[ended_slots].tolist(), logps[ended_slots].tolist()
+                for s, g, t, lp in zip(ended_slots, lengths, toks, lps):
                     gen_tokens += g
-                    cache.n[r] = turn_start[r] + g - 1  # the last token was never fed (or fed, then dropped)
-                    if on_turn(r, t[:g], lp[:g]):
-                        admitted.append(r)
-                keep = [j for j, r in enumerate(rows) if r not in set(done)]
-                rows, new = [rows[j] for j in keep], new[torch.tensor(keep, dtype=torch.long, device=device)]
-        if rows:
-            # One decode step: each row feeds the token it just sampled (a row that ended since
-            # the last read feeds a pad, dropped when its end is read).
-            logits[torch.tensor(rows, device=device)] = cache.forward(
-                model, rows, new[:, None], [1] * len(rows)
-            )
+                    # The answer's last token was never fed (or fed, then dropped): the next
+                    # turn's prefill starts with it.
+                    done[s] = turn_start[s] + g - 1
+                    if not on_turn(episode[s], t[:g], lp[:g]):
+                        done[s] = -1  # the episode is over
+        if len(done) < R:
+            # One decode step over the live slots as a view: each feeds the token it just sampled
+            # (a slot whose answer ended feeds a pad, undone just below).
+            logits[:R] = cache.forward(model, list(range(R)), new[:, None], [1] * R)
             steps += 1
-            row_steps += len(rows)
-        if admitted:
-            admit(admitted)
-            rows = sorted(rows + admitted)
+            row_steps += R
+        for s, n in done.items():
+            cache.n[s] = max(n, 0)
+        for s in sorted((s for s, n in done.items() if n < 0), reverse=True):
+            R -= 1  # finished slots go from the highest down, so slot R is never a finished one
+            if s != R:
+                move(R, s)
+            if R in done:
+                done[s] = done.pop(R)  # the moved slot's own end: admitted below
+            else:
+                del done[s]
+        again = sorted(s for s, n in done.items() if n >= 0 and s < R)
+        if again:
+            admit(again)
     work.add(
         "rollout", generate_calls=1, decode_steps=steps, decode_row_steps=row_steps, gen_tokens=gen_tokens
     )
