@@ -31,6 +31,14 @@ class RaggedKV:
 
     def __init__(self, model, slots: int, length: int):
         cfg = model.config
+        impl = cfg._attn_implementation
+        if impl not in ("sdpa", "eager"):
+            raise ValueError(
+                f"rollout.batching=continuous gives each row its own 4-D attention mask, which the "
+                f"model's attention {impl!r} does not take; load it with sdpa or eager attention, "
+                "or use rollout.batching=turn"
+            )
+        self._eager = impl == "eager"  # eager adds the mask to the scores: an additive float mask
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         device, dtype = next(model.parameters()).device, models.compute_dtype(model)
@@ -49,14 +57,9 @@ class RaggedKV:
         self.k, self.v = [grow(x) for x in self.k], [grow(x) for x in self.v]
         self.length = new
 
-    def move(self, src: int, dst: int) -> None:
-        """Slot `dst` takes slot `src`'s columns (an episode moves to keep the live ones first)."""
-        for x in (*self.k, *self.v):
-            x[dst, :, : self.n[src]] = x[src, :, : self.n[src]]
-        self.n[dst] = self.n[src]
-
     def copy_slot(self, src: int, dst: list[int]) -> None:
-        """Give slots `dst` the columns of slot `src` (a group's shared first prompt)."""
+        """Give slots `dst` the columns of slot `src` (a group's shared first prompt, or an episode
+        moving to keep the live ones first)."""
         n = self.n[src]
         for x in (*self.k, *self.v):
             x[dst, :, :n] = x[src, :, :n]
@@ -68,8 +71,8 @@ class RaggedKV:
         mask (R, 1, W, read)). Row r's query i sees columns ≤ n[r] + i: its past and itself."""
         device = self.k[0].device
         start = torch.tensor([self.n[r] for r in rows], device=device)
-        self.reserve(max(self.n[r] for r in rows) + width)
         self._read = max(self.n[r] for r in rows) + width
+        self.reserve(self._read)
         self._prefix = rows == list(range(len(rows)))  # slots 0..R-1: read them as a view
         self._rows = torch.tensor(rows, device=device)
         pos = start[:, None] + torch.arange(width, device=device)[None]
@@ -92,15 +95,8 @@ class RaggedKV:
         columns; float32 logits (R, V) of each row's next token."""
         device = self.k[0].device
         pos, mask = self._begin(rows, ids.shape[1])
-        impl = model.config._attn_implementation
-        if impl == "eager":  # eager adds the mask to the scores
+        if self._eager:
             mask = torch.zeros(mask.shape, device=device).masked_fill(~mask, torch.finfo(torch.float32).min)
-        elif impl != "sdpa":
-            raise ValueError(
-                f"rollout.batching=continuous gives each row its own 4-D attention mask, which the "
-                f"model's attention {impl!r} does not take; load it with sdpa or eager attention, "
-                "or use rollout.batching=turn"
-            )
         with models.autocast(model):
             hidden = model.base_model(
                 input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self, use_cache=True
@@ -143,7 +139,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
     live = torch.zeros(S, dtype=torch.bool, device=device)
     state = stop.start(S, device) if stop is not None else None
     turn_start = [0] * S  # per slot: the column where its current answer began
-    episode = list(start) + [i for i in range(S) if i not in set(start)]  # slot -> episode
+    episode = list(start) + sorted(set(range(S)) - set(start))  # slot -> episode
     R = len(start)  # live slots
     every = LIVENESS_EVERY.get(device.type, 1)
 
@@ -176,7 +172,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
             turn_start[s] = cache.n[s]
 
     def move(src: int, dst: int) -> None:
-        cache.move(src, dst)
+        cache.copy_slot(src, [dst])
         for x in (tokens, logps, count, live, logits) + ((state,) if state is not None else ()):
             x[dst] = x[src]
         turn_start[dst], episode[dst] = turn_start[src], episode[src]
@@ -223,12 +219,11 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
             cache.n[s] = max(n, 0)
         for s in sorted((s for s, n in done.items() if n < 0), reverse=True):
             R -= 1  # finished slots go from the highest down, so slot R is never a finished one
+            del done[s]
             if s != R:
                 move(R, s)
-            if R in done:
-                done[s] = done.pop(R)  # the moved slot's own end: admitted below
-            else:
-                del done[s]
+                if R in done:
+                    done[s] = done.pop(R)  # the moved slot's own end: admitted below
         again = sorted(s for s, n in done.items() if n >= 0 and s < R)
         if again:
             admit(again)

@@ -294,29 +294,30 @@ def collect(
             model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
             stop=stop, generator=generator, group_size=group_size,
         )  # fmt: skip
-    while cfg.batching == "turn":
-        live = [i for i in range(len(episodes)) if not episodes[i].done and fits(i)]
-        if not live:
-            break
-        prompts = [tracks[i].ids for i in live]
-        logps: list[list[float]] = []
-        new = generate(
-            model,
-            prompts,
-            max_new_tokens=max_new,
-            temperature=cfg.temperature,
-            eos_token_id=eos,
-            pad_token_id=pad,
-            stop=stop,
-            generator=generator,
-            group_size=_shared_group(prompts, group_size),
-            kv_cache=cfg.kv_cache,
-            kept=kept,
-            keys=live,
-            logprobs=logps,
-        )
-        for i, gen, logp in zip(live, new, logps):
-            end_turn(i, gen, logp)
+    else:
+        while True:
+            live = [i for i in range(len(episodes)) if not episodes[i].done and fits(i)]
+            if not live:
+                break
+            prompts = [tracks[i].ids for i in live]
+            logps: list[list[float]] = []
+            new = generate(
+                model,
+                prompts,
+                max_new_tokens=max_new,
+                temperature=cfg.temperature,
+                eos_token_id=eos,
+                pad_token_id=pad,
+                stop=stop,
+                generator=generator,
+                group_size=_shared_group(prompts, group_size),
+                kv_cache=cfg.kv_cache,
+                kept=kept,
+                keys=live,
+                logprobs=logps,
+            )
+            for i, gen, logp in zip(live, new, logps):
+                end_turn(i, gen, logp)
 
     return _to_batch(
         episodes, tracks, responses, group_size, pad, _system_turn_length(tokenizer, episodes[0])
