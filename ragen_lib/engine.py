@@ -45,7 +45,12 @@ class RaggedKV:
         shape = (slots, heads, length, dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.v = [torch.zeros_like(k) for k in self.k]
-        self.n = [0] * slots  # host: the columns each slot holds (no device read needed)
+        # The columns each slot holds, twice: on the host, which schedules and never reads the
+        # device for it, and on the device, where a decode step's positions and mask come from
+        # (built from the host's list, every step would copy it to the GPU synchronously).
+        self.n = [0] * slots
+        self.n_dev = torch.zeros(slots, dtype=torch.long, device=device)
+        self._slots = torch.arange(slots, device=device)
         self.length = length
 
     def reserve(self, columns: int) -> None:
@@ -64,18 +69,25 @@ class RaggedKV:
         for x in (*self.k, *self.v):
             x[dst, :, :n] = x[src, :, :n]
         for d in dst:
-            self.n[d] = n
+            self.set_length(d, n)
+
+    def set_length(self, slot: int, n: int) -> None:
+        """Slot `slot` holds its first `n` columns (a roll-back, or columns copied in)."""
+        self.n[slot] = n
+        self.n_dev[slot] = n  # a fill with a scalar argument: no copy from the host
 
     def _begin(self, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Set up a forward of `width` new columns for `rows`: returns (position ids (R, W), 4-D
-        mask (R, 1, W, read)). Row r's query i sees columns ≤ n[r] + i: its past and itself."""
+        mask (R, 1, W, read)). Row r's query i sees columns ≤ n[r] + i: its past and itself.
+        Rows 0..R-1 (every decode step) are read from the device's lengths as views, so a decode
+        step copies nothing from the host; other rows (a prefill) index them with a small copy."""
         device = self.k[0].device
-        start = torch.tensor([self.n[r] for r in rows], device=device)
         self._read = max(self.n[r] for r in rows) + width
         self.reserve(self._read)
         self._prefix = rows == list(range(len(rows)))  # slots 0..R-1: read them as a view
-        self._rows = torch.tensor(rows, device=device)
-        pos = start[:, None] + torch.arange(width, device=device)[None]
+        self._rows = self._slots[: len(rows)] if self._prefix else torch.tensor(rows, device=device)
+        self._sel = slice(0, len(rows)) if self._prefix else self._rows  # a slice reads a view
+        pos = self.n_dev[self._sel][:, None] + torch.arange(width, device=device)[None]
         self._cols = pos
         mask = torch.arange(self._read, device=device)[None, None, :] <= pos[:, :, None]
         return pos, mask[:, None]
@@ -103,8 +115,13 @@ class RaggedKV:
             ).last_hidden_state
         for r, n in zip(rows, lengths):
             self.n[r] += n
+        if ids.shape[1] == 1:  # a decode step: one token per row, no copy from the host
+            self.n_dev[self._sel] += 1
+            return models.lm_logits(model, hidden)[:, -1]
+        fed = torch.tensor(lengths, device=device)
+        self.n_dev[self._sel] += fed
         # The head on each row's last real position only (right padding: not the last column).
-        last = hidden[torch.arange(len(rows), device=device), torch.tensor(lengths, device=device) - 1]
+        last = hidden[torch.arange(len(rows), device=device), fed - 1]
         return models.lm_logits(model, last[:, None])[:, -1]
 
 
@@ -216,7 +233,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
             steps += 1
             row_steps += R
         for s, n in done.items():
-            cache.n[s] = max(n, 0)
+            cache.set_length(s, max(n, 0))
         for s in sorted((s for s, n in done.items() if n < 0), reverse=True):
             R -= 1  # finished slots go from the highest down, so slot R is never a finished one
             del done[s]

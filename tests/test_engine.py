@@ -110,6 +110,38 @@ def test_reading_liveness_every_few_steps_plays_the_same_greedy_episodes(tiny, m
     assert c1["rollout"]["decode_steps"] == 3 * 13 < c4["rollout"]["decode_steps"]
 
 
+def test_a_decode_step_copies_nothing_from_the_host(tiny, monkeypatch):
+    """On a GPU a tensor built from a Python list is a synchronous copy, once per decode step if the
+    positions came from the host's lengths. A decode step reads the device's lengths instead, and
+    those stay equal to the host's through admissions, roll-backs (liveness read every 3 steps)
+    and slot moves (episodes end at different steps)."""
+    from ragen_lib import engine
+
+    forward, building = engine.RaggedKV.forward, []
+    real_tensor = torch.tensor
+
+    def tensor(*args, **kwargs):
+        if building and building[-1]:
+            raise AssertionError("a decode step built a tensor from host data")
+        return real_tensor(*args, **kwargs)
+
+    def checked(self, model, rows, ids, lengths):
+        assert self.n_dev.tolist() == self.n
+        building.append(ids.shape[1] == 1 and rows == list(range(len(rows))))
+        try:
+            return forward(self, model, rows, ids, lengths)
+        finally:
+            building.pop()
+            assert self.n_dev.tolist() == self.n
+
+    monkeypatch.setattr(torch, "tensor", tensor)
+    monkeypatch.setattr(engine.RaggedKV, "forward", checked)
+    monkeypatch.setitem(generation.LIVENESS_EVERY, "cpu", 3)
+    with work.counting() as c:
+        b = _collect(tiny, batching="continuous", temperature=1.0, stop_at_answer=False)
+    assert c["rollout"]["decode_steps"] > 10 and len({len(r) for resp in b.responses for r in resp}) > 1
+
+
 def test_batching_is_checked_and_hash_neutral():
     with pytest.raises(ValueError, match="rollout.batching"):
         config.from_dict({"rollout": {"batching": "paged"}})
