@@ -96,7 +96,9 @@ class StopOnText:
     whether the token completes the stop. A decode step then costs two gathers per stop and no
     host sync (the text is never decoded during generation). The text is the tokens' texts
     joined, which is the decoded text wherever a stop string could be (byte-level BPE splits only
-    multi-byte characters, and the stops are ASCII).
+    multi-byte characters, and the stops are ASCII). An id the tokenizer does not know (a model's
+    vocabulary may be padded beyond it: Qwen2.5's 151,936 rows for 151,665 tokens) decodes to no
+    text, so it leaves every state as it is, like any token without text.
     """
 
     def __init__(self, tokenizer, stops: tuple[str, ...]):
@@ -104,7 +106,9 @@ class StopOnText:
             raise ValueError(f"stop strings must be non-empty, got {stops!r}")
         self.stops = tuple(stops)
         vocab = [[i] for i in range(len(tokenizer))]
-        texts = tokenizer.batch_decode(vocab, clean_up_tokenization_spaces=False)
+        # One more column, the last, read by every id past the tokenizer's (`step` clamps to it).
+        texts = tokenizer.batch_decode(vocab, clean_up_tokenization_spaces=False) + [""]
+        self.unknown = len(texts) - 1
         tables = [_stop_tables(s, texts) for s in self.stops]
         longest = max(map(len, self.stops))
         self.next = torch.stack([_pad_states(n, longest) for n, _ in tables])
@@ -122,6 +126,7 @@ class StopOnText:
         completes a stop string."""
         nxt, hit = self._on[state.device]
         done = torch.zeros_like(new_tokens, dtype=torch.bool)
+        new_tokens = new_tokens.clamp(max=self.unknown)
         for s in range(len(self.stops)):
             q = state[:, s]
             done |= hit[s, q, new_tokens]
@@ -137,6 +142,9 @@ def _stop_tables(stop: str, texts: list[str]) -> tuple[torch.Tensor, torch.Tenso
     nxt = torch.zeros((m, len(texts)), dtype=torch.int16)
     hit = torch.zeros((m, len(texts)), dtype=torch.bool)
     for v, t in enumerate(texts):
+        if not t:  # no text: the text so far is unchanged, and so is the state
+            nxt[:, v] = torch.arange(m)
+            continue
         if not chars.intersection(t):
             continue  # most tokens: no character of the stop, back to state 0
         for q in range(m):
