@@ -166,6 +166,11 @@ def _environment(device: str, out: Path) -> dict:
         except importlib.metadata.PackageNotFoundError:
             d[pkg] = None
             missing.append(pkg)
+    # transformers >= 5.23 runs a masked one-token decode step on the K/V heads as they are; earlier
+    # versions copy K/V to every query head first (3x the attention's reads for SmolLM2).
+    d["decode attention packs GQA heads"] = hasattr(
+        importlib.import_module("transformers.integrations.sdpa_attention"), "pack_gqa"
+    )
     try:
         d["embedded model"] = str(models.embedded_gguf())
     except FileNotFoundError:

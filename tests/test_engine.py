@@ -1,5 +1,7 @@
 """Continuous batching of episodes (rollout.batching=continuous, ragen_lib/engine.py)."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -140,6 +142,37 @@ def test_a_decode_step_copies_nothing_from_the_host(tiny, monkeypatch):
     with work.counting() as c:
         b = _collect(tiny, batching="continuous", temperature=1.0, stop_at_answer=False)
     assert c["rollout"]["decode_steps"] > 10 and len({len(r) for resp in b.responses for r in resp}) > 1
+
+
+@pytest.mark.skipif(
+    not hasattr(importlib.import_module("transformers.integrations.sdpa_attention"), "pack_gqa"),
+    reason="transformers < 5.23 copies K/V to every query head in a masked decode step",
+)
+def test_a_decode_step_attends_on_the_key_value_heads_as_they_are(tiny, monkeypatch):
+    """The tiny model has 2 query heads per K/V head. A one-token decode step with the engine's
+    (R, 1, 1, L) mask runs on the K/V heads as stored; only prefills copy them per query head."""
+    from transformers.integrations import sdpa_attention
+
+    from ragen_lib import engine
+
+    forward, decoding, copies = engine.RaggedKV.forward, [], {True: 0, False: 0}
+    repeat_kv = sdpa_attention.repeat_kv
+
+    def counted(x, n_rep):
+        copies[decoding[-1]] += n_rep > 1
+        return repeat_kv(x, n_rep)
+
+    def flagged(self, model, rows, ids, lengths):
+        decoding.append(ids.shape[1] == 1)
+        try:
+            return forward(self, model, rows, ids, lengths)
+        finally:
+            decoding.pop()
+
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", counted)
+    monkeypatch.setattr(engine.RaggedKV, "forward", flagged)
+    _collect(tiny, batching="continuous", temperature=1.0, max_turns=2)
+    assert copies[True] == 0 and copies[False] > 0  # prefills copy: the count sees them
 
 
 def test_batching_is_checked_and_hash_neutral():
