@@ -469,7 +469,8 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
     column), prefilling only the env's reply (`keep_kv`), and with continuous batching of episodes
     (`rollout.batching=continuous`). Counters are deterministic; the same tokens must come out of
     the first two (the note says whether they did); continuous batching draws other samples from
-    the same distribution, so its rows give the tokens generated beside the steps."""
+    the same distribution, so its rows give the tokens generated beside the steps. Then both
+    batchings with static decode steps (`rollout.kv_cache=static`: CUDA graphs on a GPU)."""
     from ragen_lib.config import RolloutConfig
     from ragen_lib.rollout import collect
 
@@ -485,6 +486,15 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
         got[keep, batching] = (c.plain()["rollout"], time.perf_counter() - t0, batch.input_ids)
     (fresh, t_fresh, ids_fresh), (kept, t_kept, ids_kept) = got[False, "turn"], got[True, "turn"]
     cont, t_cont, _ = got[True, "continuous"]
+    # Static decode steps (CUDA graphs on a GPU), both batchings, each timed after one untimed
+    # rollout of the same shapes that allocates and captures.
+    t_static = {}
+    for batching in ("turn", "continuous"):
+        cfg = RolloutConfig(**turns, batching=batching, kv_cache="static")
+        for _ in ("capture", "timed"):
+            t0 = time.perf_counter()
+            collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
+            t_static[batching] = time.perf_counter() - t0
     same = "same tokens" if torch.equal(ids_fresh, ids_kept) else "DIFFERENT tokens (float rounding)"
     shape = (
         f"Sokoban, 2×{size['group_size']}, ≤{size['max_turns']} turns × {size['max_new_tokens']} tokens; "
@@ -522,6 +532,16 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
             "s",
             vs_naive=t_kept / t_cont if t_cont else None,
             note=f"turn batching (kept KV) {t_kept:.1f} s; {shape}",
+        ),
+        Row(
+            "turns: rollout wall, continuous vs turn batching, static decode steps",
+            t_static["continuous"],
+            "s",
+            vs_naive=t_static["turn"] / t_static["continuous"] if t_static["continuous"] else None,
+            note=(
+                f"turn batching {t_static['turn']:.1f} s; rollout.kv_cache=static (a CUDA graph per "
+                f"decode shape on a GPU), each after an untimed rollout that captures; {shape}"
+            ),
         ),
     ]
 

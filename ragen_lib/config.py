@@ -72,7 +72,9 @@ class RolloutConfig:
     kv_cache: str = "dynamic"
     """Decoding cache: "dynamic" (HF's, grows per token) or "static" (preallocated, bucketed
     length, one CUDA graph per decode step on a GPU). Same tokens; a speed choice (issue #5),
-    "dynamic" by default until the static path is measured on an H100 (`make bench`)."""
+    "dynamic" by default until the static path is measured on an H100 (`make bench`). With
+    `batching: continuous`, "static" runs each decode step at fixed shapes (rows rounded up to a
+    power of two, every cache column), one CUDA graph per row count on a GPU."""
 
     keep_kv: bool = True
     """Keep each episode's KV cache from turn to turn, so a turn prefills only the env's reply
@@ -85,8 +87,8 @@ class RolloutConfig:
     their envs. "continuous": one decode loop for the whole rollout (`engine.play`); an episode
     whose answer ends steps its env at once and starts its next turn while the others decode,
     and a finished episode leaves the batch. The same episodes in distribution (the samples drawn
-    differ); `kv_cache` and `keep_kv` apply to "turn" only. "turn" by default until "continuous"
-    is measured on a GPU (`make bench`)."""
+    differ); `keep_kv` applies to "turn" only (continuous batching always keeps the cache).
+    "turn" by default until "continuous" is measured on a GPU (`make bench`)."""
 
     def __post_init__(self):
         _check_fields("rollout", self)

@@ -14,7 +14,11 @@ names every problem; the exit code is 1 if any failed:
    teacher-forced log-probs agree with the dynamic cache's and the training forward's within
    `generation.LOGPROB_TOLERANCE`; a deepcopy of the model (how the reference is made) carries no
    decoder; a swap of the parameters' storage makes it re-capture and still agree.
-5. `train <algo>`: 3 steps of each algorithm (StarPO-PPO, StarPO-GRPO, StarPO-S, A*-PO) through
+5. `continuous decoding`: a Sokoban rollout with continuous batching and static decode steps
+   (a CUDA graph per row count on a GPU) captures its graphs, and its sampled log-probs agree with
+   one forward over the finished conversations within `generation.LOGPROB_TOLERANCE`; with the
+   seconds of that rollout (first and again) beside the dynamic engine's and turn batching's.
+6. `train <algo>`: 3 steps of each algorithm (StarPO-PPO, StarPO-GRPO, StarPO-S, A*-PO) through
    `trainer.train`: finite losses, no skipped step, weights that moved; seconds, peak memory and
    the run's disk use.
 
@@ -123,6 +127,7 @@ def run(device: str | None = None, out: str | Path = "outputs/gpu-check", model:
     check("model load", _model_load, name, device, work)
     check("precision", _precision, work["train_model"], device)
     check("static decoding", _static_decoding, work, device)
+    check("continuous decoding", _continuous_decoding, work, device)
     for algo in ALGOS:
         check(f"train {algo}", _train, algo, work["train_model"], device)
     head = {
@@ -323,6 +328,59 @@ def _static_decoding(work: dict, device: str) -> dict:
         generation.release(model)
         del model
     return out
+
+
+def _continuous_decoding(work: dict, device: str) -> dict:
+    from ragen_lib import engine
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.rollout import collect
+
+    cuda = torch.device(device).type == "cuda"
+    model, tok = models.load(work["train_model"], device=device)
+    size = dict(max_new_tokens=32, max_turns=2) if cuda else dict(max_new_tokens=8, max_turns=2)
+    groups, group_size = (4, 4) if cuda else (2, 2)
+    seconds = {}
+    for label, kw in (
+        ("continuous, static (first: allocation + capture)", dict(batching="continuous", kv_cache="static")),
+        ("continuous, static", dict(batching="continuous", kv_cache="static")),
+        ("continuous, dynamic", dict(batching="continuous", kv_cache="dynamic")),
+        ("turn, static", dict(batching="turn", kv_cache="static")),
+    ):
+        cfg = RolloutConfig(temperature=1.0, stop_at_answer=False, **size, **kw)
+        t0 = time.perf_counter()
+        batch = collect(model, tok, "sokoban", list(range(groups)), group_size, cfg, sample_seed=0)
+        seconds[label] = round(_sync_time(device, t0), 3)
+        if label == "continuous, static":
+            got = batch
+    (cache,) = [x for x in generation.static_decoders(model).values() if isinstance(x, engine.RaggedKV)]
+    graphs = [g is not None for g, _ in cache.graphs.values()]
+    _require(
+        all(graphs) or not cuda,
+        "CUDA graph capture failed (see the warning above): continuous static decoding runs eagerly",
+    )
+    with torch.no_grad():
+        logp, _ = models.forward_logp(
+            model, got.input_ids, got.attention_mask, got.loss_mask, with_entropy=False
+        )
+    gap = ((logp - got.sample_logprobs) * got.loss_mask).abs()
+    dtype = models.compute_dtype(model)
+    mean, most = float(gap.sum() / got.loss_mask.sum()), float(gap.max())
+    tol_mean, tol_max = generation.LOGPROB_TOLERANCE[dtype]
+    _require(
+        mean <= tol_mean and most <= tol_max,
+        f"continuous static decoding's log-probs differ from the training forward's by mean {mean:.2e}, "
+        f"max {most:.2e} (tolerance {tol_mean}, {tol_max} in {dtype})",
+    )
+    generation.release(model)
+    shape = f"{groups * group_size} × {size['max_turns']} × {size['max_new_tokens']}"
+    return {
+        "episodes × turns × new tokens": shape,
+        "cuda_graphs (rows buckets)": {b: g for b, g in zip(cache.graphs, graphs)},
+        "captures": cache.captures,
+        "rollout_s": seconds,
+        "logprob gap vs training forward (mean, max)": [round(mean, 6), round(most, 6)],
+        "compute_dtype": str(dtype).removeprefix("torch."),
+    }
 
 
 def _train(algo: str, name: str, device: str) -> dict:

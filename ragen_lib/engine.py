@@ -11,14 +11,21 @@ true positions: so a row can take new tokens (the env's reply) while the others 
 numbers are those of one forward over the whole conversation (a test compares them). The cache
 of slot r always holds the first `n[r]` ids of its episode's track: a new turn prefills
 `track.ids[n[r]:]`, which is the last sampled token (never fed) and the env's reply.
+
+With `rollout.kv_cache: static` a decode step has fixed shapes, so a GPU replays it as one CUDA
+graph (a 135M model's eager decode step is launch-bound): it runs the live rows rounded up to a
+power of two and reads every cache column under the mask. The cache, with its graphs, is kept
+per model between rollouts (`generation.pooled`, freed by `generation.release`).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ragen_lib import models, work
-from ragen_lib.generation import LIVENESS_EVERY, StopOnText, sample
+from ragen_lib.generation import LIVENESS_EVERY, StopOnText, parameter_storage, pooled, rows_bucket, sample
 
 LENGTH_STEP = 256
 """Cache columns are allocated in multiples of this; a row that needs more grows every slot."""
@@ -29,7 +36,7 @@ class RaggedKV:
     forwards `forward` runs: each forward writes W new columns for its rows, row r's at
     n[r]…n[r]+W-1, and attends over the first max(n)+W columns under its own 4-D mask."""
 
-    def __init__(self, model, slots: int, length: int):
+    def __init__(self, model, slots: int, length: int, *, static: bool = False):
         cfg = model.config
         impl = cfg._attn_implementation
         if impl not in ("sdpa", "eager"):
@@ -52,6 +59,33 @@ class RaggedKV:
         self.n_dev = torch.zeros(slots, dtype=torch.long, device=device)
         self._slots = torch.arange(slots, device=device)
         self.length = length
+        # Static decode steps (see the module docstring): their token ids' buffer, and per rows
+        # bucket a CUDA graph with its output (on CPU: None, the step runs eagerly).
+        self.static = static
+        self.ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
+        self.graphs: dict[int, tuple] = {}
+        self.storage = None  # the model's parameter storage when the graphs were captured
+        self.captures = 0  # decode steps (re-)captured (CPU: prepared), over the cache's life
+
+    @classmethod
+    def for_rollout(cls, model, slots: int, length: int, *, static: bool) -> RaggedKV:
+        """A cache of at least `slots` slots × `length` columns, emptied. Static: the one kept for
+        `model` (its graphs replay from rollout to rollout; re-captured if the model's parameters
+        moved), of a power-of-two slot count. Else a new one."""
+        if not static:
+            return cls(model, slots, length)
+        key = ("continuous", rows_bucket(slots), models.compute_dtype(model))
+        cache = pooled(model, key, lambda: cls(model, key[1], length, static=True))
+        cache.n = [0] * len(cache.n)
+        cache.n_dev.zero_()
+        cache.reserve(length)
+        if cache.storage != parameter_storage(model):
+            cache.graphs.clear()
+        return cache
+
+    @property
+    def nbytes(self) -> int:
+        return sum(x.numel() * x.element_size() for x in (*self.k, *self.v))
 
     def reserve(self, columns: int) -> None:
         """Make room for `columns` columns in every slot (rounded up to LENGTH_STEP)."""
@@ -61,6 +95,7 @@ class RaggedKV:
         grow = lambda x: torch.cat([x, x.new_zeros((*x.shape[:2], new - self.length, x.shape[3]))], dim=2)  # noqa: E731
         self.k, self.v = [grow(x) for x in self.k], [grow(x) for x in self.v]
         self.length = new
+        self.graphs.clear()  # they read the old tensors
 
     def copy_slot(self, src: int, dst: list[int]) -> None:
         """Give slots `dst` the columns of slot `src` (a group's shared first prompt, or an episode
@@ -76,21 +111,30 @@ class RaggedKV:
         self.n[slot] = n
         self.n_dev[slot] = n  # a fill with a scalar argument: no copy from the host
 
-    def _begin(self, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Set up a forward of `width` new columns for `rows`: returns (position ids (R, W), 4-D
-        mask (R, 1, W, read)). Row r's query i sees columns ≤ n[r] + i: its past and itself.
-        Rows 0..R-1 (every decode step) are read from the device's lengths as views, so a decode
-        step copies nothing from the host; other rows (a prefill) index them with a small copy."""
+    def _begin(self, rows: list[int], width: int) -> torch.Tensor:
+        """Set up a forward of `width` new columns for `rows`, reading the first max(n) + width
+        columns; returns their position ids (R, W). Rows 0..R-1 (every decode step) are read from
+        the device's lengths as views, so a decode step copies nothing from the host; other rows
+        (a prefill) index them with a small copy."""
         device = self.k[0].device
         self._read = max(self.n[r] for r in rows) + width
         self.reserve(self._read)
         self._prefix = rows == list(range(len(rows)))  # slots 0..R-1: read them as a view
         self._rows = self._slots[: len(rows)] if self._prefix else torch.tensor(rows, device=device)
         self._sel = slice(0, len(rows)) if self._prefix else self._rows  # a slice reads a view
-        pos = self.n_dev[self._sel][:, None] + torch.arange(width, device=device)[None]
-        self._cols = pos
-        mask = torch.arange(self._read, device=device)[None, None, :] <= pos[:, :, None]
-        return pos, mask[:, None]
+        self._cols = self.n_dev[self._sel][:, None] + torch.arange(width, device=device)[None]
+        return self._cols
+
+    def _hidden(self, model, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Last hidden states (R, W, H) of `ids` at positions `pos` in the rows set up: row r's
+        query i sees columns ≤ pos[r, i] (its past and itself) of the first `_read`, a 4-D mask."""
+        mask = (torch.arange(self._read, device=pos.device)[None, None, :] <= pos[:, :, None])[:, None]
+        if self._eager:  # eager adds the mask to the scores: an additive float mask
+            mask = torch.zeros(mask.shape, device=pos.device).masked_fill(~mask, torch.finfo().min)
+        with models.autocast(model):
+            return model.base_model(
+                input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self, use_cache=True
+            ).last_hidden_state
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         out = []
@@ -106,13 +150,7 @@ class RaggedKV:
         """Feed row rows[j] its tokens ids[j, :lengths[j]] (right-padded, on the device) at its next
         columns; float32 logits (R, V) of each row's next token."""
         device = self.k[0].device
-        pos, mask = self._begin(rows, ids.shape[1])
-        if self._eager:
-            mask = torch.zeros(mask.shape, device=device).masked_fill(~mask, torch.finfo(torch.float32).min)
-        with models.autocast(model):
-            hidden = model.base_model(
-                input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self, use_cache=True
-            ).last_hidden_state
+        hidden = self._hidden(model, ids, self._begin(rows, ids.shape[1]))
         for r, n in zip(rows, lengths):
             self.n[r] += n
         if ids.shape[1] == 1:  # a decode step: one token per row, no copy from the host
@@ -124,6 +162,65 @@ class RaggedKV:
         last = hidden[torch.arange(len(rows), device=device), fed - 1]
         return models.lm_logits(model, last[:, None])[:, -1]
 
+    def decode(self, model, new: torch.Tensor) -> torch.Tensor:
+        """One decode step of slots 0..R-1, R = len(new): each feeds its token `new[r]`; float32
+        logits (R, V). Static: slots 0..B-1 run, B = R rounded up to a power of two, over all
+        columns (fixed shapes: a CUDA graph per B); slots R..B-1 hold no live episode, and what they
+        compute is never read."""
+        R = len(new)
+        if not self.static:
+            return self.forward(model, list(range(R)), new[:, None], [1] * R)
+        self.reserve(max(self.n[:R]) + 1)
+        B = rows_bucket(R)
+        self.ids[:R, 0] = new
+        if B not in self.graphs:
+            self.graphs[B] = self._capture(model, B)
+            self.storage = parameter_storage(model)
+        graph, logits = self.graphs[B]
+        if graph is None:
+            logits = self._static_step(model, B)
+        else:
+            graph.replay()
+        for r in range(R):
+            self.n[r] += 1
+        self.n_dev[:R] += 1  # slots R..B-1 keep their lengths: their writes go to a free column
+        return logits[:R]
+
+    def _static_step(self, model, B: int) -> torch.Tensor:
+        """The decode step of slots 0..B-1 at fixed shapes; reads only device tensors, so a CUDA
+        graph of it replays with this step's tokens and lengths. It does not advance `n_dev`."""
+        pos = self.n_dev[:B, None]
+        self._rows, self._sel, self._prefix, self._read = self._slots[:B], slice(0, B), True, self.length
+        self._cols = pos.clamp(max=self.length - 1)  # a free slot may be full: its write is never read
+        return models.lm_logits(model, self._hidden(model, self.ids[:B], pos))[:, -1]
+
+    def _capture(self, model, B: int) -> tuple:
+        """(CUDA graph, its logits) of the static step for B rows; (None, None) on the CPU, or if
+        the capture fails (then the step runs eagerly, and a warning says why). The warm-up steps
+        write into the slots' next columns, which nothing reads until they are written again."""
+        self.captures += 1
+        if not self.ids.is_cuda:
+            return None, None
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):  # outside the graph: cuBLAS handles, the allocator
+                    self._static_step(model, B)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = self._static_step(model, B)
+            return graph, logits
+        except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
+            torch.cuda.synchronize()
+            warnings.warn(
+                f"rollout.kv_cache=static with batching=continuous: CUDA graph capture failed "
+                f"({type(e).__name__}: {e}); decoding eagerly at the same shapes instead",
+                stacklevel=2,
+            )
+            return None, None
+
 
 def _right_pad(seqs: list[list[int]], device) -> torch.Tensor:
     out = torch.zeros((len(seqs), max(map(len, seqs))), dtype=torch.long)
@@ -133,7 +230,7 @@ def _right_pad(seqs: list[list[int]], device) -> torch.Tensor:
 
 
 def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature: float, eos: int, pad: int,
-         stop: StopOnText | None, generator, group_size: int) -> None:  # fmt: skip
+         stop: StopOnText | None, generator, group_size: int, static: bool = False) -> None:  # fmt: skip
     """Decode every episode to its end. `tracks[i].ids` is episode i's conversation; `start` the
     episodes that play a first turn. `on_turn(i, tokens, logps)` is called when episode i's answer
     ends: it steps the env, extends the track, and returns True when episode i plays another turn
@@ -145,7 +242,8 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
     episode is over, the last live slot moves into its place (one slot's columns, once)."""
     device = next(model.parameters()).device
     S = len(tracks)
-    cache = RaggedKV(model, S, -(-(max(len(t.ids) for t in tracks) + max_new) // LENGTH_STEP) * LENGTH_STEP)
+    length = -(-(max(len(t.ids) for t in tracks) + max_new) // LENGTH_STEP) * LENGTH_STEP
+    cache = RaggedKV.for_rollout(model, S, length, static=static)
     # Per slot, on the device: next-token logits (float32, written by prefills and decodes), the
     # answer so far and its log-probs (+ a column that takes the pads of rows that ended), tokens
     # sampled this turn, whether the answer is still going, the stop automata's state.
@@ -229,9 +327,9 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
         if len(done) < R:
             # One decode step over the live slots as a view: each feeds the token it just sampled
             # (a slot whose answer ended feeds a pad, undone just below).
-            logits[:R] = cache.forward(model, list(range(R)), new[:, None], [1] * R)
+            logits[:R] = cache.decode(model, new)
             steps += 1
-            row_steps += R
+            row_steps += rows_bucket(R) if static else R
         for s, n in done.items():
             cache.set_length(s, max(n, 0))
         for s in sorted((s for s, n in done.items() if n < 0), reverse=True):

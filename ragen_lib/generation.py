@@ -77,13 +77,29 @@ def _kv_cache(cls, model, **kwargs):
     return cache
 
 
+def pooled(model, key: tuple, make):
+    """The object kept for `model` under `key` (made by `make()` if none), now the most recent of
+    the model's pool (static decoders, and the continuous engine's static caches): LRU within
+    `POOL_SIZE` objects and `POOL_GB` of their `nbytes`. The one returned is never evicted by the
+    byte budget (it may alone exceed it); POOL_SIZE 0 keeps none, this one included (the caller
+    still holds it). A new object's bytes count from the next call on, once it is allocated."""
+    pool = _DECODERS.setdefault(model, OrderedDict())
+    kept = pool.pop(key, None) or make()
+    pool[key] = kept  # most recent last
+    while len(pool) > POOL_SIZE or (len(pool) > 1 and sum(d.nbytes for d in pool.values()) > POOL_GB * 2**30):
+        pool.popitem(last=False)
+    return kept
+
+
 def static_decoders(model) -> dict[tuple, _StaticDecoder]:
-    """The static decoders kept for `model`, by (rows, length, compute dtype), oldest first."""
+    """What the pool keeps for `model`, oldest first: static decoders by (rows, length, compute
+    dtype), and continuous batching's static caches (`engine.RaggedKV`) by ("continuous", slots,
+    compute dtype)."""
     return dict(_DECODERS.get(model, {}))
 
 
 def release(model) -> None:
-    """Free `model`'s static decoders (KV caches and graphs); the next static call makes new ones."""
+    """Free what the pool keeps for `model` (KV caches and graphs); the next static call makes new ones."""
     _DECODERS.pop(model, None)
 
 
@@ -502,18 +518,8 @@ class _StaticDecoder:
 
     @classmethod
     def for_shape(cls, model, batch: int, length: int) -> _StaticDecoder:
-        pool = _DECODERS.setdefault(model, OrderedDict())
-        key = (_rows_bucket(batch), length, models.compute_dtype(model))
-        decoder = pool.pop(key, None) or cls(model, key[0], length)
-        pool[key] = decoder  # most recent last
-        # The one in use is never evicted by the byte budget (it may alone exceed it); POOL_SIZE 0
-        # keeps none, this one included (the call still holds it). A new decoder's bytes count
-        # from the next call on, once its cache is allocated.
-        while len(pool) > POOL_SIZE or (
-            len(pool) > 1 and sum(d.nbytes for d in pool.values()) > POOL_GB * 2**30
-        ):
-            pool.popitem(last=False)
-        return decoder
+        key = (rows_bucket(batch), length, models.compute_dtype(model))
+        return pooled(model, key, lambda: cls(model, key[0], length))
 
     def __init__(self, model, rows: int, length: int):
         device = next(model.parameters()).device
@@ -560,7 +566,7 @@ class _StaticDecoder:
             )
         if not self.cache.is_initialized:
             self._allocate(prefill)
-        storage = _storage(self._model())
+        storage = parameter_storage(self._model())
         if storage != self.storage:
             self._capture()
             self.storage = storage
@@ -653,14 +659,14 @@ class _StaticDecoder:
         return cache, self.attn[:B, :t].clone()
 
 
-def _storage(model) -> tuple:
+def parameter_storage(model) -> tuple:
     """Where the model's parameters and buffers live: a captured graph reads these addresses."""
     return tuple(
         (t.data_ptr(), t.dtype, t.device) for t in itertools.chain(model.parameters(), model.buffers())
     )
 
 
-def _rows_bucket(n: int) -> int:
+def rows_bucket(n: int) -> int:
     """The next power of two ≥ n: the row count of the static cache serving n rows."""
     return 1 << max(0, n - 1).bit_length()
 

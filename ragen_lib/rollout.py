@@ -292,7 +292,7 @@ def collect(
         first = [i for i in range(len(episodes)) if fits(i)]
         engine.play(
             model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
-            stop=stop, generator=generator, group_size=group_size,
+            stop=stop, generator=generator, group_size=group_size, static=cfg.kv_cache == "static",
         )  # fmt: skip
     else:
         while True:

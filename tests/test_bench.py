@@ -145,6 +145,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "TRL",
         "turns: prefill tokens, kept KV",
         "turns: decode row-steps, continuous vs turn batching",
+        "turns: rollout wall, continuous vs turn batching, static decode steps",
         "runs per device 2",
         "peak memory",
     ):

@@ -25,7 +25,7 @@ def test_doctor_cpu_half_passes_and_writes_its_report(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "cpu.json").read_text())
     names = [c["name"] for c in report["checks"]]
-    assert names == ["environment", "model load", "precision", "static decoding"] + [
+    assert names == ["environment", "model load", "precision", "static decoding", "continuous decoding"] + [
         f"train {a}" for a in doctor.ALGOS
     ]
     assert all(c["ok"] for c in report["checks"])
@@ -33,6 +33,7 @@ def test_doctor_cpu_half_passes_and_writes_its_report(tmp_path):
     assert by_name["model load"]["name"] == "smollm2-135m-instruct"  # the embedded model loads
     assert by_name["precision"]["fraction_of_weights_changed"] > 0.9
     assert set(by_name["static decoding"]) >= {"float32", "bfloat16"}
+    assert by_name["continuous decoding"]["captures"] >= 1
     for algo in doctor.ALGOS:
         d = by_name[f"train {algo}"]
         assert d["fraction_of_policy_weights_moved"] > 0.5 and d["run_disk_MB"] > 0
@@ -46,13 +47,14 @@ def test_a_failed_check_is_reported_and_the_others_still_run(tmp_path, monkeypat
     monkeypatch.setattr(doctor, "_model_load", lambda name, device, work: {"stub": True})
     monkeypatch.setattr(doctor, "_precision", rounded_away)
     monkeypatch.setattr(doctor, "_static_decoding", lambda work, device: 1 / 0)  # a crash, not a verdict
+    monkeypatch.setattr(doctor, "_continuous_decoding", lambda work, device: {"stub": True})
     monkeypatch.setattr(doctor, "_train", lambda algo, name, device: {"algo": algo})
     assert doctor.run("cpu", tmp_path) == 1
     report = json.loads((tmp_path / "cpu.json").read_text())
     failed = {c["name"]: c["error"] for c in report["checks"] if not c["ok"]}
     assert set(failed) == {"precision", "static decoding"}
     assert "changed only 2%" in failed["precision"] and "ZeroDivisionError" in failed["static decoding"]
-    assert report["header"]["passed"] == 6 and report["header"]["failed"] == 2
+    assert report["header"]["passed"] == 7 and report["header"]["failed"] == 2
     err = capsys.readouterr().err
     assert "2 check(s) FAILED" in err and "precision" in err
     assert "**FAILED**" in (tmp_path / "cpu.md").read_text()

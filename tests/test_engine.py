@@ -21,15 +21,16 @@ def _collect(tiny, env="sokoban", **kw):
     return collect(model, tok, env, [2, 7, 9], 3, RolloutConfig(**kw), sample_seed=4)
 
 
-@pytest.mark.parametrize("stop_at_answer", [False, True])
-def test_greedy_continuous_batching_plays_the_episodes_of_turn_batching(tiny, stop_at_answer):
+@pytest.mark.parametrize("stop_at_answer,kv_cache", [(False, "dynamic"), (True, "dynamic"), (True, "static")])
+def test_greedy_continuous_batching_plays_the_episodes_of_turn_batching(tiny, stop_at_answer, kv_cache):
     """Greedy decoding does not depend on how rows share the batch: the same episodes, token for
-    token, over turns where rows end their answers and their episodes at different steps."""
+    token, over turns where rows end their answers and their episodes at different steps; and with
+    static decode steps (rows rounded up to a power of two, every cache column read)."""
     kw = dict(temperature=0.0, stop_at_answer=stop_at_answer)
     with work.counting() as t:
         turn = _collect(tiny, **kw)
     with work.counting() as k:
-        cont = _collect(tiny, batching="continuous", **kw)
+        cont = _collect(tiny, batching="continuous", kv_cache=kv_cache, **kw)
     # Greedy rows of a group stay identical, and the engine prefills a group once whenever its
     # rows are (turn batching: the first turn only), so it prefills fewer tokens, never more.
     assert k["rollout"]["prefill_real"] < t["rollout"]["prefill_real"]
@@ -39,12 +40,14 @@ def test_greedy_continuous_batching_plays_the_episodes_of_turn_batching(tiny, st
     assert ((turn.sample_logprobs - cont.sample_logprobs) * turn.loss_mask).abs().max() < 1e-4
 
 
-def test_sampled_trajectories_have_the_log_probs_of_a_full_sequence_forward(tiny):
+@pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
+def test_sampled_trajectories_have_the_log_probs_of_a_full_sequence_forward(tiny, kv_cache):
     """The behaviour log-probs the engine records are those of one forward over each finished
     conversation (what the update computes): each row's cache holds its tokens at their true
-    positions, however the rows' turns interleaved."""
+    positions, however the rows' turns interleaved (and, static, whatever the free slots that
+    round the rows up compute)."""
     model, _ = tiny
-    b = _collect(tiny, batching="continuous", temperature=1.0, stop_at_answer=False)
+    b = _collect(tiny, batching="continuous", kv_cache=kv_cache, temperature=1.0, stop_at_answer=False)
     assert b.num_turns.min() >= 2 and len({len(r) for resp in b.responses for r in resp}) > 1
     with torch.no_grad():
         logp, _ = models.forward_logp(model, b.input_ids, b.attention_mask, b.loss_mask, with_entropy=False)
@@ -112,35 +115,36 @@ def test_reading_liveness_every_few_steps_plays_the_same_greedy_episodes(tiny, m
     assert c1["rollout"]["decode_steps"] == 3 * 13 < c4["rollout"]["decode_steps"]
 
 
-def test_a_decode_step_copies_nothing_from_the_host(tiny, monkeypatch):
+@pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
+def test_a_decode_step_copies_nothing_from_the_host(tiny, monkeypatch, kv_cache):
     """On a GPU a tensor built from a Python list is a synchronous copy, once per decode step if the
     positions came from the host's lengths. A decode step reads the device's lengths instead, and
     those stay equal to the host's through admissions, roll-backs (liveness read every 3 steps)
     and slot moves (episodes end at different steps)."""
     from ragen_lib import engine
 
-    forward, building = engine.RaggedKV.forward, []
+    decode, building = engine.RaggedKV.decode, []
     real_tensor = torch.tensor
 
     def tensor(*args, **kwargs):
-        if building and building[-1]:
+        if building:
             raise AssertionError("a decode step built a tensor from host data")
         return real_tensor(*args, **kwargs)
 
-    def checked(self, model, rows, ids, lengths):
+    def checked(self, model, new):
         assert self.n_dev.tolist() == self.n
-        building.append(ids.shape[1] == 1 and rows == list(range(len(rows))))
+        building.append(True)
         try:
-            return forward(self, model, rows, ids, lengths)
+            return decode(self, model, new)
         finally:
             building.pop()
             assert self.n_dev.tolist() == self.n
 
     monkeypatch.setattr(torch, "tensor", tensor)
-    monkeypatch.setattr(engine.RaggedKV, "forward", checked)
+    monkeypatch.setattr(engine.RaggedKV, "decode", checked)
     monkeypatch.setitem(generation.LIVENESS_EVERY, "cpu", 3)
     with work.counting() as c:
-        b = _collect(tiny, batching="continuous", temperature=1.0, stop_at_answer=False)
+        b = _collect(tiny, batching="continuous", kv_cache=kv_cache, temperature=1.0, stop_at_answer=False)
     assert c["rollout"]["decode_steps"] > 10 and len({len(r) for resp in b.responses for r in resp}) > 1
 
 
@@ -173,6 +177,32 @@ def test_a_decode_step_attends_on_the_key_value_heads_as_they_are(tiny, monkeypa
     monkeypatch.setattr(engine.RaggedKV, "forward", flagged)
     _collect(tiny, batching="continuous", temperature=1.0, max_turns=2)
     assert copies[True] == 0 and copies[False] > 0  # prefills copy: the count sees them
+
+
+def test_static_decode_steps_keep_their_cache_and_graphs_from_rollout_to_rollout(tiny, monkeypatch):
+    """Static: the cache (with the CUDA graph of each row count; on the CPU the count of steps
+    prepared) is kept per model, so a second rollout of the same shapes prepares nothing new; a
+    moved parameter storage (`load_state_dict(assign=True)`, `.to()`) makes it prepare again,
+    since a graph reads the old addresses. Rows run rounded up to a power of two."""
+    from ragen_lib import engine
+
+    model, _ = tiny
+    generation.release(model)
+    kw = dict(batching="continuous", kv_cache="static", temperature=1.0, stop_at_answer=False)
+    with work.counting() as c:
+        _collect(tiny, **kw)
+    (cache,) = [x for x in generation.static_decoders(model).values() if isinstance(x, engine.RaggedKV)]
+    assert cache.static and len(cache.n) == 16 and cache.captures >= len(cache.graphs) >= 1
+    first = cache.captures
+    _collect(tiny, **kw)
+    assert cache.captures == first  # same row buckets, same length: nothing prepared again
+    model.load_state_dict(model.state_dict(), assign=True)  # same values, new storage
+    _collect(tiny, **kw)
+    assert cache.captures > first
+    # 9 episodes decode as 16 rows (then 8, 4...): the row-steps count the rounding.
+    assert c["rollout"]["decode_row_steps"] > 1.3 * c["rollout"]["gen_tokens"]
+    generation.release(model)
+    assert generation.static_decoders(model) == {}
 
 
 def test_batching_is_checked_and_hash_neutral():
