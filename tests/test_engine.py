@@ -100,9 +100,11 @@ def test_a_row_whose_answer_ends_early_starts_its_next_turn_without_waiting(tiny
     assert k["generate_calls"] == 1
 
 
-def test_reading_liveness_every_few_steps_plays_the_same_greedy_episodes(tiny, monkeypatch):
+@pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
+def test_reading_liveness_every_few_steps_plays_the_same_greedy_episodes(tiny, monkeypatch, kv_cache):
     """As on a GPU: rows that ended decode pads until the next read, then their caches roll back."""
-    kw = dict(temperature=0.0, max_new_tokens=14, batching="continuous")  # 14: ends fall between reads
+    # 14 new tokens: answers end between reads.
+    kw = dict(temperature=0.0, max_new_tokens=14, batching="continuous", kv_cache=kv_cache)
     with work.counting() as c1:
         every_step = _collect(tiny, **kw)
     monkeypatch.setitem(generation.LIVENESS_EVERY, "cpu", 4)
