@@ -363,6 +363,14 @@ def last_train_step(name: str, device: str, size: dict, env: str = "sokoban", **
     return trainer.train(train_config(name, device, size, env, **kw), run=None, progress=False)[-1]
 
 
+ROLLOUT_VARIANTS = {
+    "turn batching, static cache": {"batching": "turn", "kv_cache": "static"},
+    "continuous batching, static cache": {"batching": "continuous", "kv_cache": "static"},
+}
+"""The rollout settings the `train` section times beside the default (turn batching, dynamic
+cache): which of them becomes the default is for a GPU run of this section to say."""
+
+
 def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
     m = last_train_step(name, device, size)
     shape = (
@@ -378,6 +386,21 @@ def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
         Row(f"train step: {k}", m[k], "tokens/s")
         for k in ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")
     ]
+    # The same step with each other rollout setting; vs naive = the default's time / this one's.
+    for label, rollout in ROLLOUT_VARIANTS.items():
+        v = last_train_step(name, device, size, extra={"rollout": rollout})
+        note = f"rollout.batching={rollout['batching']}, kv_cache={rollout['kv_cache']}; {shape}"
+        for k in ("time/rollout", "time/step"):
+            rows.append(Row(f"train step [{label}]: {k}", v[k], "s", vs_naive=m[k] / v[k], note=note))
+        rows.append(
+            Row(
+                f"train step [{label}]: throughput/gen_tokens_per_s",
+                v["throughput/gen_tokens_per_s"],
+                "tokens/s",
+                vs_naive=v["throughput/gen_tokens_per_s"] / m["throughput/gen_tokens_per_s"],
+                note=note,
+            )
+        )
     return rows
 
 

@@ -140,6 +140,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "prefill: shared",
         "prefill: per row",
         "train step: time/step",
+        "train step [continuous batching, static cache]: time/step",
         "update: padded",
         "update: sorted",
         "TRL",
