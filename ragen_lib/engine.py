@@ -136,6 +136,11 @@ class RaggedKV:
                 input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self, use_cache=True
             ).last_hidden_state
 
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """For transformers 4.x, whose models derive a `cache_position` from it when none is given
+        (our 4-D mask and position ids make it unused)."""
+        return max(self.n)
+
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         out = []
         for store, new in ((self.k[layer_idx], key_states), (self.v[layer_idx], value_states)):
