@@ -448,7 +448,7 @@ def work_rows(counters: dict, m: dict, size: dict | None = None) -> list[Row]:
             "work: prefill tokens computed",
             r.get("prefill_tokens", 0),
             "tokens",
-            note=f"{r.get('prefill_real', 0)} real; padding "
+            note=f"{r.get('prefill_real', 0)} real in {r.get('prefill_calls', 0)} forwards; padding "
             f"{work.padding(r, 'prefill_tokens', 'prefill_real'):.2f}",
         ),
         Row(
@@ -544,8 +544,9 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
             "row-steps",
             vs_naive=kept["decode_row_steps"] / max(cont["decode_row_steps"], 1),
             note=(
-                f"turn batching {kept['decode_row_steps']} row-steps in {kept['decode_steps']} steps for "
-                f"{kept['gen_tokens']} tokens; continuous {cont['decode_steps']} steps for "
+                f"turn batching {kept['decode_row_steps']} row-steps in {kept['decode_steps']} steps and "
+                f"{kept['prefill_calls']} prefills for {kept['gen_tokens']} tokens; continuous "
+                f"{cont['decode_steps']} steps and {cont['prefill_calls']} prefills for "
                 f"{cont['gen_tokens']} tokens (other samples, same distribution); {shape}"
             ),
         ),

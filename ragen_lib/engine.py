@@ -275,7 +275,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
             lead = slots[::group_size]
         segments = [tracks[episode[s]].ids[cache.n[s] :] for s in lead]
         ids = _right_pad(segments, device)
-        work.add("rollout", prefill_tokens=ids.numel(), prefill_real=sum(map(len, segments)))
+        work.add("rollout", prefill_calls=1, prefill_tokens=ids.numel(), prefill_real=sum(map(len, segments)))
         out = cache.forward(model, lead, ids, [len(x) for x in segments])
         if lead is not slots:
             for leader in lead:

@@ -388,7 +388,7 @@ def _prefill(model, input_ids, attn, position_ids, cache) -> torch.Tensor:
     """Run `input_ids` (the last columns of `attn`) into `cache`; float32 logits of the next token."""
     if work.active() is not None:
         real = int(attn[:, -input_ids.shape[1] :].sum())
-        work.add("rollout", prefill_tokens=input_ids.numel(), prefill_real=real)
+        work.add("rollout", prefill_calls=1, prefill_tokens=input_ids.numel(), prefill_real=real)
     with models.autocast(model):
         hidden = model.base_model(
             input_ids=input_ids,

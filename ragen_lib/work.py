@@ -6,8 +6,10 @@ generation loop, the training forward and the critic add what they computed to t
 
 - rollout: `generate_calls`, `decode_steps` (forwards of one token per row; `decode_steps_per_call`
   lists them), `decode_row_steps` (rows × decode steps computed, padding rows included),
-  `gen_tokens` (tokens sampled and kept), `prefill_tokens` (positions the prefill computed, padding
-  included) and `prefill_real` (those that hold a token);
+  `gen_tokens` (tokens sampled and kept), `prefill_calls` (prefill forwards: eager, so on a GPU
+  each costs a whole forward's kernel launches, where a graphed decode step costs one),
+  `prefill_tokens` (positions the prefill computed, padding included) and `prefill_real` (those
+  that hold a token);
 - forward (no-grad old/reference/critic) and update (with grad): `tokens` computed, `real` tokens,
   `loss_tokens` (where the head runs), `calls`.
 

@@ -200,6 +200,7 @@ def test_work_counters_are_off_outside_counting(tiny):
             model, [[1, 2, 3], [4, 5]], max_new_tokens=3, temperature=0.0, eos_token_id=-1, pad_token_id=0
         )
     assert c.plain()["rollout"] == {
+        "prefill_calls": 1,
         "prefill_tokens": 6,
         "prefill_real": 5,
         "generate_calls": 1,

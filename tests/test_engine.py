@@ -98,6 +98,9 @@ def test_a_row_whose_answer_ends_early_starts_its_next_turn_without_waiting(tiny
     # the turn to its slowest answer's end (368 here), continuous only the live ones (165).
     assert k["decode_row_steps"] < t["decode_row_steps"] / 1.5
     assert k["generate_calls"] == 1
+    # A prefill per turn with turn batching; the engine prefills whenever answers ended since the
+    # last liveness read: more prefill forwards, each smaller (what a GPU run weighs).
+    assert t["prefill_calls"] == t["generate_calls"] == len(per_turn) < k["prefill_calls"]
 
 
 @pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
