@@ -20,12 +20,18 @@ per model between rollouts (`generation.pooled`, freed by `generation.release`).
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from ragen_lib import models, work
-from ragen_lib.generation import LIVENESS_EVERY, StopOnText, parameter_storage, pooled, rows_bucket, sample
+from ragen_lib.generation import (
+    LIVENESS_EVERY,
+    StopOnText,
+    capture_graph,
+    parameter_storage,
+    pooled,
+    rows_bucket,
+    sample,
+)
 
 LENGTH_STEP = 256
 """Cache columns are allocated in multiples of this; a row that needs more grows every slot."""
@@ -206,25 +212,11 @@ class RaggedKV:
         self.captures += 1
         if not self.ids.is_cuda:
             return None, None
-        try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(3):  # outside the graph: cuBLAS handles, the allocator
-                    self._static_step(model, B)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                logits = self._static_step(model, B)
-            return graph, logits
-        except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
-            torch.cuda.synchronize()
-            warnings.warn(
-                f"rollout.kv_cache=static with batching=continuous: CUDA graph capture failed "
-                f"({type(e).__name__}: {e}); decoding eagerly at the same shapes instead",
-                stacklevel=2,
-            )
-            return None, None
+        return capture_graph(
+            lambda: self._static_step(model, B),
+            "rollout.kv_cache=static with batching=continuous",
+            "decoding eagerly at the same shapes instead",
+        )
 
 
 def _right_pad(seqs: list[list[int]], device) -> torch.Tensor:

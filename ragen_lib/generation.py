@@ -599,26 +599,10 @@ class _StaticDecoder:
         self.graph, self.logits = None, None  # free the old graph's memory before the new capture
         if not self.ids.is_cuda:
             return
-        try:
-            self.attn[:, 0] = 1  # no fully masked row during warm-up
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(3):  # warm-up outside the graph: cuBLAS handles, allocator
-                    self._step()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.logits = self._step()
-            self.graph = graph
-        except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
-            self.graph, self.logits = None, None
-            torch.cuda.synchronize()
-            warnings.warn(
-                f"kv_cache=static: CUDA graph capture failed ({type(e).__name__}: {e}); "
-                "decoding eagerly over the static cache instead",
-                stacklevel=2,
-            )
+        self.attn[:, 0] = 1  # no fully masked row during warm-up
+        self.graph, self.logits = capture_graph(
+            self._step, "kv_cache=static", "decoding eagerly over the static cache instead"
+        )
 
     def _check_position(self) -> None:
         """The cache writes each step's key at its own device counter; the mask opens column `t`
@@ -657,6 +641,28 @@ class _StaticDecoder:
         for i, layer in enumerate(self.cache.layers):
             cache.update(layer.keys[:B, :, :t].clone(), layer.values[:B, :, :t].clone(), i)
         return cache, self.attn[:B, :t].clone()
+
+
+def capture_graph(step, what: str, fallback: str) -> tuple:
+    """(CUDA graph, its output) of `step()`, a decode step of fixed shapes; warm-up runs on a side
+    stream first (cuBLAS handles, the allocator). If the capture fails: (None, None) and a warning
+    "`what`: CUDA graph capture failed (why); `fallback`", for the caller to run `step` eagerly."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        return graph, out
+    except Exception as e:  # noqa: BLE001 (any capture failure: fall back, say why)
+        torch.cuda.synchronize()
+        why = f"{type(e).__name__}: {e}"
+        warnings.warn(f"{what}: CUDA graph capture failed ({why}); {fallback}", stacklevel=3)
+        return None, None
 
 
 def parameter_storage(model) -> tuple:
