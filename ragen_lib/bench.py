@@ -445,6 +445,13 @@ def work_rows(counters: dict, m: dict, size: dict | None = None) -> list[Row]:
             f"{work.padding(r, 'decode_row_steps', 'gen_tokens'):.2f}",
         ),
         Row(
+            "work: decode attention reads",
+            r.get("decode_kv_read", 0),
+            "row × columns",
+            note=f"{r.get('decode_kv_real', 0)} needed by the tokens kept; padding "
+            f"{work.padding(r, 'decode_kv_read', 'decode_kv_real'):.2f}",
+        ),
+        Row(
             "work: prefill tokens computed",
             r.get("prefill_tokens", 0),
             "tokens",
@@ -511,14 +518,21 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
     cont, t_cont, _ = got[True, "continuous"]
     # Static decode steps (CUDA graphs on a GPU), both batchings, each timed after one untimed
     # rollout of the same shapes that allocates and captures.
-    t_static = {}
+    t_static, static = {}, {}
     for batching in ("turn", "continuous"):
         cfg = RolloutConfig(**turns, batching=batching, kv_cache="static")
-        for _ in ("capture", "timed"):
-            t0 = time.perf_counter()
+        # The untimed rollout captures, and is the one counted (counting reads masks: host syncs).
+        with work.counting() as c:
             collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
-            t_static[batching] = time.perf_counter() - t0
+        static[batching] = c.plain()["rollout"]
+        t0 = time.perf_counter()
+        collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
+        t_static[batching] = time.perf_counter() - t0
     same = "same tokens" if torch.equal(ids_fresh, ids_kept) else "DIFFERENT tokens (float rounding)"
+
+    def reads(r: dict) -> float:  # attention reads per column the kept tokens needed
+        return r["decode_kv_read"] / max(r["decode_kv_real"], 1)
+
     shape = (
         f"Sokoban, 2×{size['group_size']}, ≤{size['max_turns']} turns × {size['max_new_tokens']} tokens; "
         f"{same}"
@@ -551,6 +565,17 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
             ),
         ),
         Row(
+            "turns: decode attention reads per column needed, continuous vs turn batching",
+            reads(cont),
+            "×",
+            vs_naive=reads(kept) / reads(cont),
+            note=(
+                f"row × cache columns read over `work.kv_needed`: turn batching {reads(kept):.2f}, "
+                f"continuous {reads(cont):.2f}; static decode steps: turn {reads(static['turn']):.2f}, "
+                f"continuous {reads(static['continuous']):.2f}; {shape}"
+            ),
+        ),
+        Row(
             "turns: rollout wall, continuous vs turn batching",
             t_cont,
             "s",
@@ -563,8 +588,9 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
             "s",
             vs_naive=t_static["turn"] / t_static["continuous"] if t_static["continuous"] else None,
             note=(
-                f"turn batching {t_static['turn']:.1f} s; rollout.kv_cache=static (a CUDA graph per "
-                f"decode shape on a GPU), each after an untimed rollout that captures; {shape}"
+                f"turn batching {t_static['turn']:.1f} s; rollout.kv_cache=static (on a GPU a CUDA "
+                f"graph per shape of decode step and, continuous, of admission), each after an "
+                f"untimed rollout that captures; {shape}"
             ),
         ),
     ]

@@ -14,10 +14,11 @@ names every problem; the exit code is 1 if any failed:
    teacher-forced log-probs agree with the dynamic cache's and the training forward's within
    `generation.LOGPROB_TOLERANCE`; a deepcopy of the model (how the reference is made) carries no
    decoder; a swap of the parameters' storage makes it re-capture and still agree.
-5. `continuous decoding`: a Sokoban rollout with continuous batching and static decode steps
-   (a CUDA graph per row count on a GPU) captures its graphs, and its sampled log-probs agree with
-   one forward over the finished conversations within `generation.LOGPROB_TOLERANCE`; with the
-   seconds of that rollout (first and again) beside the dynamic engine's and turn batching's.
+5. `continuous decoding`: a Sokoban rollout with continuous batching and static steps (on a GPU
+   a CUDA graph per bucket of decode steps and of admissions) captures its graphs, and its
+   sampled log-probs agree with one forward over the finished conversations within
+   `generation.LOGPROB_TOLERANCE`; with the seconds of that rollout (first and again) beside the
+   dynamic engine's and turn batching's.
 6. `train <algo>`: 3 steps of each algorithm (StarPO-PPO, StarPO-GRPO, StarPO-S, A*-PO) through
    `trainer.train`: finite losses, no skipped step, weights that moved; seconds, peak memory and
    the run's disk use.
@@ -375,7 +376,8 @@ def _continuous_decoding(work: dict, device: str) -> dict:
     shape = f"{groups * group_size} × {size['max_turns']} × {size['max_new_tokens']}"
     return {
         "episodes × turns × new tokens": shape,
-        "cuda_graphs (rows buckets)": {b: g for b, g in zip(cache.graphs, graphs)},
+        # decode steps "rows×columns", admissions "prefill×rows×width×columns"
+        "cuda_graphs": {"×".join(map(str, key)): g for key, g in zip(cache.graphs, graphs)},
         "captures": cache.captures,
         "rollout_s": seconds,
         "logprob gap vs training forward (mean, max)": [round(mean, 6), round(most, 6)],

@@ -14,8 +14,12 @@ of slot r always holds the first `n[r]` ids of its episode's track: a new turn p
 
 With `rollout.kv_cache: static` a decode step has fixed shapes, so a GPU replays it as one CUDA
 graph (a 135M model's eager decode step is launch-bound): it runs the live rows rounded up to a
-power of two and reads every cache column under the mask. The cache, with its graphs, is kept
-per model between rollouts (`generation.pooled`, freed by `generation.release`).
+power of two over the cache columns up to the longest live row's, rounded up to a power of two
+(`columns_bucket`), under the mask: a graph per (rows, columns) bucket. An admission (the env's
+reply, prefilled while the others decode) runs likewise at bucketed rows, width and columns, a
+graph per bucket: eager, it would cost a whole forward's launches each time answers end. The
+cache, with its graphs, is kept per model between rollouts (`generation.pooled`, freed by
+`generation.release`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,28 @@ LENGTH_STEP = 256
 """Cache columns are allocated in multiples of this; a row that needs more grows every slot."""
 
 
+def columns_bucket(needed: int) -> int:
+    """The cache columns a static decode step reads when its longest row needs `needed`, and the
+    lengths a static cache grows to: the least of LENGTH_STEP × 2^k and 1.5 × that (256, 384, 512,
+    768, 1024, 1536, ...) that holds them. At batch 128 a decode step reads more bytes of KV cache
+    than of weights, so a step that read the whole pooled cache (as long as the longest rollout it
+    served) would pay for that rollout on every step; these buckets read at most 1.5× the longest
+    row's columns, with about two graphs per doubling of the length, per row bucket."""
+    n = max(needed, LENGTH_STEP)
+    p = 1 << (n - 1).bit_length()
+    return 3 * p // 4 if 3 * p // 4 >= n and p > LENGTH_STEP else p
+
+
+PREFILL_WIDTH = 16
+"""A static admission feeds its rows right-padded to a power of two of at least this many tokens."""
+
+
+def width_bucket(width: int) -> int:
+    """The padded width of a static admission of `width` tokens: the next power of two, at least
+    PREFILL_WIDTH (an env's reply of 60 to 100 tokens meets one or two buckets)."""
+    return max(PREFILL_WIDTH, 1 << (width - 1).bit_length())
+
+
 class RaggedKV:
     """Per-slot contiguous keys and values, speaking the HF cache protocol (`update`) for the
     forwards `forward` runs: each forward writes W new columns for its rows, row r's at
@@ -55,23 +81,29 @@ class RaggedKV:
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         device, dtype = next(model.parameters()).device, models.compute_dtype(model)
-        shape = (slots, heads, length, dim)
+        # Static: one more slot, the scratch, where an admission's padding rows write (never read).
+        self.scratch = slots
+        shape = (slots + static, heads, length, dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.v = [torch.zeros_like(k) for k in self.k]
         # The columns each slot holds, twice: on the host, which schedules and never reads the
         # device for it, and on the device, where a decode step's positions and mask come from
         # (built from the host's list, every step would copy it to the GPU synchronously).
         self.n = [0] * slots
-        self.n_dev = torch.zeros(slots, dtype=torch.long, device=device)
-        self._slots = torch.arange(slots, device=device)
+        self.n_dev = torch.zeros(slots + static, dtype=torch.long, device=device)
+        self._slots = torch.arange(slots + static, device=device)
         self.length = length
-        # Static decode steps (see the module docstring): their token ids' buffer, and per rows
-        # bucket a CUDA graph with its output (on CPU: None, the step runs eagerly).
+        # Static steps (see the module docstring): their inputs' buffers, and per bucket a CUDA
+        # graph with its output (on CPU: None, the step runs eagerly). Decode steps are keyed
+        # (rows, columns), admissions ("prefill", rows, width, columns); an admission's buffers
+        # (token ids, slots, tokens fed per row) are keyed (rows, width).
         self.static = static
         self.ids = torch.zeros((slots, 1), dtype=torch.long, device=device)
-        self.graphs: dict[int, tuple] = {}
+        self.graphs: dict[tuple, tuple] = {}
+        self._prefill_in: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.storage = None  # the model's parameter storage when the graphs were captured
         self.captures = 0  # decode steps (re-)captured (CPU: prepared), over the cache's life
+        self.kv_read = 0  # row × cache columns the decode steps' attention read (work counters)
 
     @classmethod
     def for_rollout(cls, model, slots: int, length: int, *, static: bool) -> RaggedKV:
@@ -81,9 +113,9 @@ class RaggedKV:
         if not static:
             return cls(model, slots, length)
         key = ("continuous", rows_bucket(slots), models.compute_dtype(model))
-        cache = pooled(model, key, lambda: cls(model, key[1], length, static=True))
-        cache.n = [0] * len(cache.n)
-        cache.n_dev.zero_()
+        cache = pooled(model, key, lambda: cls(model, key[1], columns_bucket(length), static=True))
+        cache.n, cache.kv_read = [0] * len(cache.n), 0
+        cache.n_dev.zero_()  # the scratch slot's too: an admission's padding rows write from column 0
         cache.reserve(length)
         if cache.storage != parameter_storage(model):
             cache.graphs.clear()
@@ -94,14 +126,67 @@ class RaggedKV:
         return sum(x.numel() * x.element_size() for x in (*self.k, *self.v))
 
     def reserve(self, columns: int) -> None:
-        """Make room for `columns` columns in every slot (rounded up to LENGTH_STEP)."""
+        """Make room for `columns` columns in every slot (rounded up to LENGTH_STEP; static: to
+        `columns_bucket`, so that every bucket a step reads fits)."""
         if columns <= self.length:
             return
-        new = -(-columns // LENGTH_STEP) * LENGTH_STEP
+        new = columns_bucket(columns) if self.static else -(-columns // LENGTH_STEP) * LENGTH_STEP
         grow = lambda x: torch.cat([x, x.new_zeros((*x.shape[:2], new - self.length, x.shape[3]))], dim=2)  # noqa: E731
         self.k, self.v = [grow(x) for x in self.k], [grow(x) for x in self.v]
         self.length = new
         self.graphs.clear()  # they read the old tensors
+
+    def prefill(self, model, rows: list[int], segments: list[list[int]]) -> torch.Tensor:
+        """An admission: feed row rows[j] the tokens segments[j] at its next columns; float32
+        logits (R, V) of each row's next token. Static: at fixed shapes (rows, width and columns
+        rounded up, a CUDA graph per bucket); the padding rows write into the scratch slot."""
+        lengths = [len(x) for x in segments]
+        if not self.static:
+            ids = _right_pad(segments, self.k[0].device)
+            work.add("rollout", prefill_calls=1, prefill_tokens=ids.numel(), prefill_real=sum(lengths))
+            return self.forward(model, rows, ids, lengths)
+        R = len(rows)
+        P, W = rows_bucket(R), width_bucket(max(lengths))
+        needed = max(self.n[r] for r in rows) + W
+        self.reserve(needed)
+        C = columns_bucket(needed)
+        if (P, W) not in self._prefill_in:
+            device = self.k[0].device
+            self._prefill_in[P, W] = (
+                torch.zeros((P, W), dtype=torch.long, device=device),
+                torch.zeros(P, dtype=torch.long, device=device),
+                torch.zeros(P, dtype=torch.long, device=device),
+            )
+        ids, index, fed = self._prefill_in[P, W]
+        ids.copy_(_right_pad(segments + [[0]] * (P - R), "cpu", width=W))
+        index.copy_(torch.tensor(rows + [self.scratch] * (P - R)))
+        fed.copy_(torch.tensor(lengths + [1] * (P - R)))
+        work.add("rollout", prefill_calls=1, prefill_tokens=P * W, prefill_real=sum(lengths))
+        key = ("prefill", P, W, C)
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(model, lambda: self._static_prefill(model, P, W, C))
+            self.storage = parameter_storage(model)
+        graph, logits = self.graphs[key]
+        if graph is None:
+            logits = self._static_prefill(model, P, W, C)
+        else:
+            graph.replay()
+        for r, n in zip(rows, lengths):
+            self.n[r] += n
+        self.n_dev.index_add_(0, index[:R], fed[:R])
+        return logits[:R]
+
+    def _static_prefill(self, model, P: int, W: int, C: int) -> torch.Tensor:
+        """The admission of the rows in `_prefill_in[P, W]` over the first C columns at fixed
+        shapes, from device tensors only. Padding positions (right of a row's tokens) write into
+        columns its next tokens overwrite before any query reads them. Does not advance `n_dev`."""
+        ids, index, fed = self._prefill_in[P, W]
+        pos = self.n_dev[index][:, None] + torch.arange(W, device=ids.device)[None]
+        self._rows, self._sel, self._prefix, self._read = index, index, False, C
+        self._cols = pos  # < C: C holds the longest row's columns and W more
+        hidden = self._hidden(model, ids, pos)
+        last = hidden[self._slots[:P], fed - 1]  # each row's last real position
+        return models.lm_logits(model, last[:, None])[:, -1]
 
     def copy_slot(self, src: int, dst: list[int]) -> None:
         """Give slots `dst` the columns of slot `src` (a group's shared first prompt, or an episode
@@ -175,52 +260,60 @@ class RaggedKV:
 
     def decode(self, model, new: torch.Tensor) -> torch.Tensor:
         """One decode step of slots 0..R-1, R = len(new): each feeds its token `new[r]`; float32
-        logits (R, V). Static: slots 0..B-1 run, B = R rounded up to a power of two, over all
-        columns (fixed shapes: a CUDA graph per B); slots R..B-1 hold no live episode, and what they
-        compute is never read."""
+        logits (R, V). Static: slots 0..B-1 run, B = R rounded up to a power of two, over the first
+        C columns, C = `columns_bucket` of the longest live row's (fixed shapes: a CUDA graph per
+        (B, C)); slots R..B-1 hold no live episode, and what they compute is never read."""
         R = len(new)
         if not self.static:
-            return self.forward(model, list(range(R)), new[:, None], [1] * R)
-        self.reserve(max(self.n[:R]) + 1)
-        B = rows_bucket(R)
+            logits = self.forward(model, list(range(R)), new[:, None], [1] * R)
+            self.kv_read += R * self._read
+            return logits
+        needed = max(self.n[:R]) + 1
+        self.reserve(needed)
+        B, C = rows_bucket(R), columns_bucket(needed)  # C ≤ length: a static cache's is a bucket
         self.ids[:R, 0] = new
-        if B not in self.graphs:
-            self.graphs[B] = self._capture(model, B)
+        if (B, C) not in self.graphs:
+            self.graphs[B, C] = self._capture(model, lambda: self._static_step(model, B, C))
             self.storage = parameter_storage(model)
-        graph, logits = self.graphs[B]
+        graph, logits = self.graphs[B, C]
         if graph is None:
-            logits = self._static_step(model, B)
+            logits = self._static_step(model, B, C)
         else:
             graph.replay()
+        self.kv_read += B * C
         for r in range(R):
             self.n[r] += 1
         self.n_dev[:R] += 1  # slots R..B-1 keep their lengths: their writes go to a free column
         return logits[:R]
 
-    def _static_step(self, model, B: int) -> torch.Tensor:
-        """The decode step of slots 0..B-1 at fixed shapes; reads only device tensors, so a CUDA
-        graph of it replays with this step's tokens and lengths. It does not advance `n_dev`."""
+    def _static_step(self, model, B: int, C: int) -> torch.Tensor:
+        """The decode step of slots 0..B-1 over the first C columns at fixed shapes; reads only
+        device tensors, so a CUDA graph of it replays with this step's tokens and lengths. It does
+        not advance `n_dev`."""
         pos = self.n_dev[:B, None]
-        self._rows, self._sel, self._prefix, self._read = self._slots[:B], slice(0, B), True, self.length
-        self._cols = pos.clamp(max=self.length - 1)  # a free slot may be full: its write is never read
+        self._rows, self._sel, self._prefix, self._read = self._slots[:B], slice(0, B), True, C
+        # A free slot's length may be past C (its episode was longer): its write, clamped into its
+        # own columns, is never read.
+        self._cols = pos.clamp(max=C - 1)
         return models.lm_logits(model, self._hidden(model, self.ids[:B], pos))[:, -1]
 
-    def _capture(self, model, B: int) -> tuple:
-        """(CUDA graph, its logits) of the static step for B rows; (None, None) on the CPU, or if
-        the capture fails (then the step runs eagerly, and a warning says why). The warm-up steps
-        write into the slots' next columns, which nothing reads until they are written again."""
+    def _capture(self, model, step) -> tuple:
+        """(CUDA graph, its logits) of a static step; (None, None) on the CPU, or if the capture
+        fails (then the step runs eagerly, and a warning says why). The warm-up runs write what
+        the step writes (a decode step: the slots' next columns, which nothing reads until they
+        are written again; an admission: its own tokens' keys and values)."""
         self.captures += 1
         if not self.ids.is_cuda:
             return None, None
         return capture_graph(
-            lambda: self._static_step(model, B),
+            step,
             "rollout.kv_cache=static with batching=continuous",
             "decoding eagerly at the same shapes instead",
         )
 
 
-def _right_pad(seqs: list[list[int]], device) -> torch.Tensor:
-    out = torch.zeros((len(seqs), max(map(len, seqs))), dtype=torch.long)
+def _right_pad(seqs: list[list[int]], device, width: int | None = None) -> torch.Tensor:
+    out = torch.zeros((len(seqs), width or max(map(len, seqs))), dtype=torch.long)
     for j, s in enumerate(seqs):
         out[j, : len(s)] = torch.tensor(s, dtype=torch.long)
     return out.to(device)
@@ -265,10 +358,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
             and all(tracks[i].ids == tracks[i - i % group_size].ids for i in slots)
         ):
             lead = slots[::group_size]
-        segments = [tracks[episode[s]].ids[cache.n[s] :] for s in lead]
-        ids = _right_pad(segments, device)
-        work.add("rollout", prefill_calls=1, prefill_tokens=ids.numel(), prefill_real=sum(map(len, segments)))
-        out = cache.forward(model, lead, ids, [len(x) for x in segments])
+        out = cache.prefill(model, lead, [tracks[episode[s]].ids[cache.n[s] :] for s in lead])
         if lead is not slots:
             for leader in lead:
                 cache.copy_slot(leader, list(range(leader + 1, leader + group_size)))
@@ -291,7 +381,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
 
     if R:
         admit(list(range(R)))
-    steps = row_steps = gen_tokens = 0
+    steps = row_steps = gen_tokens = kv_real = 0
     i_step = 0
     while R:
         at = torch.arange(R, device=device)
@@ -316,6 +406,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
                 toks, lps = tokens[ended_slots].tolist(), logps[ended_slots].tolist()
                 for s, g, t, lp in zip(ended_slots, lengths, toks, lps):
                     gen_tokens += g
+                    kv_real += work.kv_needed(turn_start[s], g)
                     # The answer's last token was never fed (or fed, then dropped): the next
                     # turn's prefill starts with it.
                     done[s] = turn_start[s] + g - 1
@@ -342,4 +433,5 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
     work.add(
         "rollout", generate_calls=1, decode_steps=steps, decode_row_steps=row_steps, gen_tokens=gen_tokens
     )
+    work.add("rollout", decode_kv_read=cache.kv_read, decode_kv_real=kv_real)
     work.add_decode_call(steps)

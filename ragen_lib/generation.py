@@ -259,7 +259,10 @@ def generate(
         logprobs.extend(row[: len(o)] for row, o in zip(token_logp.tolist(), out))
     if work.active() is not None:
         work.add("rollout", generate_calls=1, decode_steps=steps, gen_tokens=sum(map(len, out)))
-        work.add("rollout", decode_row_steps=steps * getattr(decode, "rows", B))
+        rows = getattr(decode, "rows", B)
+        work.add("rollout", decode_row_steps=steps * rows, decode_kv_read=decode.kv_read)
+        needed = sum(work.kv_needed(len(p), len(o)) for p, o in zip(prompts, out))
+        work.add("rollout", decode_kv_real=needed)
         work.add_decode_call(steps)
     return out
 
@@ -472,10 +475,12 @@ class _DynamicDecoder:
 
     def __init__(self, model, cache: DynamicCache, attn: torch.Tensor):
         self.model, self.cache, self.attn = model, cache, attn
+        self.kv_read = 0  # row × cache columns the steps' attention read (work counters)
 
     def __call__(self, new: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         ones = torch.ones((len(new), 1), dtype=self.attn.dtype, device=self.attn.device)
         self.attn = torch.cat([self.attn, ones], dim=1)
+        self.kv_read += self.attn.numel()
         return _decode_step(self.model, new[:, None], self.attn, pos, self.cache)
 
     def finish(self) -> None:
@@ -537,6 +542,7 @@ class _StaticDecoder:
         self.graph, self.logits = None, None
         self.storage = None  # (data_ptr, dtype, device) of every parameter and buffer when captured
         self.captures = 0  # how many times the step was (re-)captured (CPU: prepared)
+        self.kv_read = 0  # row × cache columns this call's steps read: every row, every column
 
     @property
     def nbytes(self) -> int:
@@ -583,7 +589,7 @@ class _StaticDecoder:
         self.attn[:B, :T] = attn
         self.ids.zero_()
         self.pos.zero_()
-        self.t, self.live = T, B
+        self.t, self.live, self.kv_read = T, B, 0
         self._check_position()
 
     def _allocate(self, prefill: DynamicCache) -> None:
@@ -625,6 +631,7 @@ class _StaticDecoder:
         self.pos[:B].copy_(pos)
         self.attn[:, self.t] = 1  # the slot the cache writes this step's key into
         self.t += 1
+        self.kv_read += self.rows * self.length
         if self.graph is not None:
             self.graph.replay()
             return self.logits[:B]

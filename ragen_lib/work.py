@@ -7,9 +7,13 @@ generation loop, the training forward and the critic add what they computed to t
 - rollout: `generate_calls`, `decode_steps` (forwards of one token per row; `decode_steps_per_call`
   lists them), `decode_row_steps` (rows × decode steps computed, padding rows included),
   `gen_tokens` (tokens sampled and kept), `prefill_calls` (prefill forwards: eager, so on a GPU
-  each costs a whole forward's kernel launches, where a graphed decode step costs one),
+  each costs a whole forward's kernel launches, where a graphed decode step costs one; the
+  admissions of static continuous batching are graphed too, at bucketed shapes),
   `prefill_tokens` (positions the prefill computed, padding included) and `prefill_real` (those
-  that hold a token);
+  that hold a token), `decode_kv_read` (row × cache columns the decode steps' attention read:
+  padding rows, masked and empty columns included) and `decode_kv_real` (the least any decoder
+  reads for the same tokens, `kv_needed`: at batch 128 a 135M model's decode step reads more
+  bytes of KV cache than of weights, so this ratio is the decode step's cost on a GPU);
 - forward (no-grad old/reference/critic) and update (with grad): `tokens` computed, `real` tokens,
   `loss_tokens` (where the head runs), `calls`.
 
@@ -87,3 +91,11 @@ def padding(phase: dict, computed: str = "tokens", real: str = "real") -> float:
     """Share of the computed positions that held no token (0 when nothing was computed)."""
     n = phase.get(computed, 0)
     return 1.0 - phase.get(real, 0) / n if n else 0.0
+
+
+def kv_needed(context: int, generated: int) -> int:
+    """Cache columns an answer's decode steps must read at least: its token k ≥ 1 comes from the
+    step that fed token k − 1, which attends to the `context` tokens before the answer and the k
+    answer tokens up to it (token 0 comes from the prefill). Σ_{k=1}^{g-1} (context + k)."""
+    g = max(generated - 1, 0)
+    return g * context + g * (g + 1) // 2

@@ -146,6 +146,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "TRL",
         "turns: prefill tokens, kept KV",
         "turns: decode row-steps, continuous vs turn batching",
+        "turns: decode attention reads per column needed, continuous vs turn batching",
         "turns: rollout wall, continuous vs turn batching, static decode steps",
         "runs per device 2",
         "peak memory",
@@ -177,6 +178,8 @@ def test_work_counters_are_deterministic_and_add_up():
     assert u["real"] <= u["tokens"] and f["real"] <= f["tokens"] and u["real"] > 0
     rows = bench.work_rows(first, m, TINY_WORK)
     assert any(x.what.startswith("work: all token positions") and x.value > 0 for x in rows)
+    assert 0 < r["decode_kv_real"] <= r["decode_kv_read"]
+    assert any(x.what == "work: decode attention reads" and x.value == r["decode_kv_read"] for x in rows)
     md = bench.markdown({"device": "cpu"}, rows)
     assert "work: decode steps" in md
 
@@ -207,6 +210,10 @@ def test_work_counters_are_off_outside_counting(tiny):
         "decode_steps": 2,
         "gen_tokens": 6,
         "decode_row_steps": 4,
+        # Left-padded to 3 columns: step 0 reads 4 columns of both rows, step 1 reads 5: 18.
+        # The least: row 0's tokens 1 and 2 need 3+1 and 3+2 columns, row 1's 2+1 and 2+2: 16.
+        "decode_kv_read": 18,
+        "decode_kv_real": 16,
         "decode_steps_per_call": [2],
     }
 

@@ -101,6 +101,10 @@ def test_a_row_whose_answer_ends_early_starts_its_next_turn_without_waiting(tiny
     # A prefill per turn with turn batching; the engine prefills whenever answers ended since the
     # last liveness read: more prefill forwards, each smaller (what a GPU run weighs).
     assert t["prefill_calls"] == t["generate_calls"] == len(per_turn) < k["prefill_calls"]
+    # Attention reads per column the tokens need (`work.kv_needed`): turn batching reads its
+    # finished rows and left padding too (3.8× here), the engine the live rows up to the longest
+    # (1.7×).
+    assert k["decode_kv_read"] / k["decode_kv_real"] < t["decode_kv_read"] / t["decode_kv_real"] / 1.5
 
 
 @pytest.mark.parametrize("kv_cache", ["dynamic", "static"])
@@ -137,13 +141,13 @@ def test_a_decode_step_copies_nothing_from_the_host(tiny, monkeypatch, kv_cache)
         return real_tensor(*args, **kwargs)
 
     def checked(self, model, new):
-        assert self.n_dev.tolist() == self.n
+        assert self.n_dev.tolist() == self.n + [0] * self.static  # static: the scratch slot stays empty
         building.append(True)
         try:
             return decode(self, model, new)
         finally:
             building.pop()
-            assert self.n_dev.tolist() == self.n
+            assert self.n_dev.tolist() == self.n + [0] * self.static
 
     monkeypatch.setattr(torch, "tensor", tensor)
     monkeypatch.setattr(engine.RaggedKV, "decode", checked)
@@ -198,9 +202,12 @@ def test_static_decode_steps_keep_their_cache_and_graphs_from_rollout_to_rollout
         _collect(tiny, **kw)
     (cache,) = [x for x in generation.static_decoders(model).values() if isinstance(x, engine.RaggedKV)]
     assert cache.static and len(cache.n) == 16 and cache.captures >= len(cache.graphs) >= 1
+    # A rollout that grows the cache drops its graphs (they read the old tensors): the next one
+    # captures the column buckets it meets below the new length again, and then none.
+    _collect(tiny, **kw)
     first = cache.captures
     _collect(tiny, **kw)
-    assert cache.captures == first  # same row buckets, same length: nothing prepared again
+    assert cache.captures == first  # same row and column buckets, same length: nothing prepared again
     model.load_state_dict(model.state_dict(), assign=True)  # same values, new storage
     _collect(tiny, **kw)
     assert cache.captures > first
@@ -215,3 +222,86 @@ def test_batching_is_checked_and_hash_neutral():
         config.from_dict({"rollout": {"batching": "paged"}})
     assert config.Config().hash() == config.from_dict({"rollout": {"batching": "turn"}}).hash()
     assert config.Config().hash() != config.from_dict({"rollout": {"batching": "continuous"}}).hash()
+
+
+def test_columns_bucket_by_hand():
+    from ragen_lib.engine import LENGTH_STEP, columns_bucket
+
+    assert LENGTH_STEP == 256
+    got = [columns_bucket(n) for n in (1, 256, 257, 384, 385, 513, 769, 1025, 1537)]
+    assert got == [256, 256, 384, 384, 512, 768, 1024, 1536, 2048]
+
+
+@pytest.mark.parametrize("batching", ["turn", "continuous"])
+def test_one_episode_decodes_reading_exactly_the_columns_it_needs(tiny, batching):
+    """Work counters for the decode attention: one episode has no padding rows and no padding
+    columns, so with the dynamic cache its decode steps read exactly `work.kv_needed` columns,
+    summed over its answers: Σ over each answer's tokens k ≥ 1 of (tokens before the answer + k)."""
+    model, tok = tiny
+    kw = dict(max_new_tokens=10, max_turns=3, temperature=0.0, stop_at_answer=False)
+    cfg = RolloutConfig(batching=batching, **kw)
+    with work.counting() as c:
+        b = collect(model, tok, "sokoban", [2], 1, cfg, sample_seed=4)
+    assert b.num_turns.tolist() == [3]
+    mask = b.loss_mask[0].long().tolist()
+    real = b.attention_mask[0].long().tolist()
+    needed = 0
+    for j, m in enumerate(mask):
+        if m and not mask[j - 1]:  # an answer starts: the conversation so far is its context
+            before, k = sum(real[:j]), 0
+        if m:
+            needed += before + k if k >= 1 else 0  # token k ≥ 1 of the answer
+            k += 1
+    assert c["rollout"]["decode_kv_real"] == needed == c["rollout"]["decode_kv_read"] > 0
+
+
+def test_static_decode_steps_read_the_columns_of_this_rollout_not_of_the_longest_one_before(tiny):
+    """The pooled static cache keeps the length of the longest rollout it served; a decode step
+    reads the columns of the longest live row, rounded up (`columns_bucket`), not that length."""
+    model, tok = tiny
+    kw = dict(temperature=0.0, stop_at_answer=False, batching="continuous", kv_cache="static", max_turns=3)
+
+    def reads(max_new: int) -> int:
+        with work.counting() as c:
+            cfg = RolloutConfig(max_new_tokens=max_new, **kw)
+            collect(model, tok, "sokoban", [2, 7], 1, cfg, sample_seed=4)
+        return c["rollout"]["decode_kv_read"], c["rollout"]["decode_kv_real"]
+
+    generation.release(model)
+    fresh, real = reads(10)
+    long_rollout, _ = reads(300)  # grows the pooled cache past 1,000 columns
+    (cache,) = generation.static_decoders(model).values()
+    assert cache.length >= 1024
+    assert reads(10) == (fresh, real)
+    generation.release(model)
+
+
+def test_a_static_admission_computes_what_an_exact_one_does_and_touches_no_other_slot(tiny):
+    """Static admissions run at bucketed shapes (3 rows as 4, 5 tokens as 16): the logits and the
+    cache of the rows admitted are those of the exact-shape admission, the padding row writes into
+    the scratch slot only, and other slots are not touched. Two admissions: a first prompt, then a
+    turn's reply after cached columns."""
+    from ragen_lib import engine
+
+    model, _ = tiny
+    exact = engine.RaggedKV(model, 8, 256)
+    static = engine.RaggedKV(model, 8, 256, static=True)
+    rows = [5, 0, 2]
+    g = torch.Generator().manual_seed(0)
+    for widths in ((7, 3, 5), (2, 9, 4)):
+        segments = [torch.randint(1, 100, (w,), generator=g).tolist() for w in widths]
+        with torch.no_grad():
+            with work.counting() as c:
+                got = static.prefill(model, rows, segments)
+            want = exact.prefill(model, rows, segments)
+        assert (got - want).abs().max() < 1e-5
+        assert c["rollout"] == {"prefill_calls": 1, "prefill_tokens": 4 * 16, "prefill_real": sum(widths)}
+        assert static.n == exact.n and static.n_dev.tolist() == exact.n + [0]
+    n = static.n
+    for s, (k_static, k_exact) in enumerate(zip(static.k[0], exact.k[0])):
+        if s in rows:
+            assert (k_static[:, : n[s]] - k_exact[:, : n[s]]).abs().max() < 1e-5
+        elif s < 8:
+            assert not k_static.any()  # never admitted: untouched
+    assert static.k[0][static.scratch].any()  # the padding row wrote there
+    assert len([k for k in static.graphs if k[0] == "prefill"]) == 1  # same (rows, width, columns)
