@@ -319,6 +319,7 @@ def _right_pad(seqs: list[list[int]], device, width: int | None = None) -> torch
     return out.to(device)
 
 
+@torch.no_grad()  # the trainer calls the rollout with grad enabled: a graph would keep every step
 def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature: float, eos: int, pad: int,
          stop: StopOnText | None, generator, group_size: int, static: bool = False) -> None:  # fmt: skip
     """Decode every episode to its end. `tracks[i].ids` is episode i's conversation; `start` the
