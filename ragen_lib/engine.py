@@ -14,8 +14,8 @@ of slot r always holds the first `n[r]` ids of its episode's track: a new turn p
 
 With `rollout.kv_cache: static` a decode step has fixed shapes, so a GPU replays it as one CUDA
 graph (a 135M model's eager decode step is launch-bound): it runs the live rows rounded up to a
-power of two over the cache columns up to the longest live row's, rounded up to a power of two
-(`columns_bucket`), under the mask: a graph per (rows, columns) bucket. An admission (the env's
+power of two over the cache columns up to the longest live row's, rounded up to a bucket
+(`columns_bucket`: at most 1.5×), under the mask: a graph per (rows, columns) bucket. An admission (the env's
 reply, prefilled while the others decode) runs likewise at bucketed rows, width and columns, a
 graph per bucket: eager, it would cost a whole forward's launches each time answers end. The
 cache, with its graphs, is kept per model between rollouts (`generation.pooled`, freed by
@@ -102,7 +102,7 @@ class RaggedKV:
         self.graphs: dict[tuple, tuple] = {}
         self._prefill_in: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.storage = None  # the model's parameter storage when the graphs were captured
-        self.captures = 0  # decode steps (re-)captured (CPU: prepared), over the cache's life
+        self.captures = 0  # static steps (re-)captured (CPU: prepared), over the cache's life
         self.kv_read = 0  # row × cache columns the decode steps' attention read (work counters)
 
     @classmethod
@@ -164,7 +164,7 @@ class RaggedKV:
         work.add("rollout", prefill_calls=1, prefill_tokens=P * W, prefill_real=sum(lengths))
         key = ("prefill", P, W, C)
         if key not in self.graphs:
-            self.graphs[key] = self._capture(model, lambda: self._static_prefill(model, P, W, C))
+            self.graphs[key] = self._capture(lambda: self._static_prefill(model, P, W, C))
             self.storage = parameter_storage(model)
         graph, logits = self.graphs[key]
         if graph is None:
@@ -273,7 +273,7 @@ class RaggedKV:
         B, C = rows_bucket(R), columns_bucket(needed)  # C ≤ length: a static cache's is a bucket
         self.ids[:R, 0] = new
         if (B, C) not in self.graphs:
-            self.graphs[B, C] = self._capture(model, lambda: self._static_step(model, B, C))
+            self.graphs[B, C] = self._capture(lambda: self._static_step(model, B, C))
             self.storage = parameter_storage(model)
         graph, logits = self.graphs[B, C]
         if graph is None:
@@ -297,7 +297,7 @@ class RaggedKV:
         self._cols = pos.clamp(max=C - 1)
         return models.lm_logits(model, self._hidden(model, self.ids[:B], pos))[:, -1]
 
-    def _capture(self, model, step) -> tuple:
+    def _capture(self, step) -> tuple:
         """(CUDA graph, its logits) of a static step; (None, None) on the CPU, or if the capture
         fails (then the step runs eagerly, and a warning says why). The warm-up runs write what
         the step writes (a decode step: the slots' next columns, which nothing reads until they
