@@ -162,15 +162,7 @@ class RaggedKV:
         index.copy_(torch.tensor(rows + [self.scratch] * (P - R)))
         fed.copy_(torch.tensor(lengths + [1] * (P - R)))
         work.add("rollout", prefill_calls=1, prefill_tokens=P * W, prefill_real=sum(lengths))
-        key = ("prefill", P, W, C)
-        if key not in self.graphs:
-            self.graphs[key] = self._capture(lambda: self._static_prefill(model, P, W, C))
-            self.storage = parameter_storage(model)
-        graph, logits = self.graphs[key]
-        if graph is None:
-            logits = self._static_prefill(model, P, W, C)
-        else:
-            graph.replay()
+        logits = self._run(model, ("prefill", P, W, C), lambda: self._static_prefill(model, P, W, C))
         for r, n in zip(rows, lengths):
             self.n[r] += n
         self.n_dev.index_add_(0, index[:R], fed[:R])
@@ -272,14 +264,7 @@ class RaggedKV:
         self.reserve(needed)
         B, C = rows_bucket(R), columns_bucket(needed)  # C ≤ length: a static cache's is a bucket
         self.ids[:R, 0] = new
-        if (B, C) not in self.graphs:
-            self.graphs[B, C] = self._capture(lambda: self._static_step(model, B, C))
-            self.storage = parameter_storage(model)
-        graph, logits = self.graphs[B, C]
-        if graph is None:
-            logits = self._static_step(model, B, C)
-        else:
-            graph.replay()
+        logits = self._run(model, (B, C), lambda: self._static_step(model, B, C))
         self.kv_read += B * C
         for r in range(R):
             self.n[r] += 1
@@ -296,6 +281,19 @@ class RaggedKV:
         # own columns, is never read.
         self._cols = pos.clamp(max=C - 1)
         return models.lm_logits(model, self._hidden(model, self.ids[:B], pos))[:, -1]
+
+    def _run(self, model, key: tuple, step) -> torch.Tensor:
+        """The output of static `step` (a decode step or an admission, bucket `key`): its CUDA
+        graph replayed, captured the first time; eagerly where there is none (CPU, or a failed
+        capture)."""
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(step)
+            self.storage = parameter_storage(model)
+        graph, out = self.graphs[key]
+        if graph is None:
+            return step()
+        graph.replay()
+        return out
 
     def _capture(self, step) -> tuple:
         """(CUDA graph, its logits) of a static step; (None, None) on the CPU, or if the capture
