@@ -28,13 +28,14 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 import warnings
 from pathlib import Path
 
 import torch
 
+from ragen_lib import attention, models, runs, work
 from ragen_lib import metrics as M
-from ragen_lib import models, runs, work
 
 # Workload per device. cuda is the paper's scale (P=8 prompts × N=16 samples, 400 tokens a turn,
 # 5 turns); cpu and quick only prove that every measurement runs.
@@ -43,6 +44,8 @@ SIZES = {
         groups=8,
         group_size=16,
         gen_tokens=128,
+        attention_rows=128,
+        attention_columns=1024,
         max_new_tokens=400,
         max_turns=5,
         micro_batch_size=16,
@@ -59,6 +62,8 @@ SIZES = {
         groups=2,
         group_size=4,
         gen_tokens=32,
+        attention_rows=64,
+        attention_columns=1024,
         max_new_tokens=32,
         max_turns=2,
         micro_batch_size=4,
@@ -75,6 +80,8 @@ SIZES = {
         groups=2,
         group_size=2,
         gen_tokens=8,
+        attention_rows=8,
+        attention_columns=256,
         max_new_tokens=8,
         max_turns=1,
         micro_batch_size=2,
@@ -294,6 +301,61 @@ def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
             "nats",
             f"≤ {agree['tolerance'][1]:g} ({agree['dtype']})",
             note=f"{shape}; {agree['tokens']} tokens; ok={agree['ok']}",
+        ),
+    ]
+
+
+def measure_decode_attention(model, device: str, size: dict) -> list[Row]:
+    """One layer's attention in a masked decode step at the model's head counts: K/V copied to
+    every query head, as transformers < 5.23 does (the GPU images' 5.17), against
+    `attention.sdpa_on_kv_heads`, which the project uses there; rows of uneven lengths."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    cfg = model.config
+    H = cfg.num_attention_heads
+    Hkv = getattr(cfg, "num_key_value_heads", None) or H
+    D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    B, L, g = size["attention_rows"], size["attention_columns"], H // Hkv
+    dtype, gen = models.compute_dtype(model), torch.Generator(device).manual_seed(0)
+    q = torch.randn(B, H, 1, D, device=device, dtype=dtype, generator=gen)
+    k, v = (torch.randn(B, Hkv, L, D, device=device, dtype=dtype, generator=gen) for _ in range(2))
+    lengths = torch.randint(L // 4, L + 1, (B,), device=device, generator=gen)
+    mask = (torch.arange(L, device=device)[None] < lengths[:, None])[:, None, None]
+    layer = types.SimpleNamespace(num_key_value_groups=g, is_causal=True, training=False)
+
+    def copied():
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask
+        )
+        return out.transpose(1, 2)
+
+    def folded():
+        return attention.sdpa_on_kv_heads(layer, q, k, v, mask)[0]
+
+    calls = 50 if device.startswith("cuda") else 5
+    per_call = {}
+    for name, fn in (("copied", copied), ("folded", folded)):
+        fn()  # warm-up
+        per_call[name] = timed(lambda f=fn: [f() for _ in range(calls)], device, size["repeats"]) / calls
+    worst = float((copied().float() - folded().float()).abs().max())
+    note = (
+        f"one layer, {B} rows × {L} columns (rows {L // 4}–{L} long), {H} query heads over {Hkv} K/V, "
+        f"{dtype}; max |Δ| {worst:.1e}; this process folds with: {attention.who_packs()}"
+    )
+    return [
+        Row(
+            "decode attention: K/V copied per query head (naive)",
+            per_call["copied"] * 1e3,
+            "ms",
+            vs_naive=1.0,
+            note=note,
+        ),
+        Row(
+            "decode attention: on the K/V heads",
+            per_call["folded"] * 1e3,
+            "ms",
+            vs_naive=per_call["copied"] / per_call["folded"],
+            note=note,
         ),
     ]
 
@@ -1062,7 +1124,10 @@ def run(
         else:
             loaded["model"], loaded["tok"] = models.load(name, device=device)
     m, tok = loaded.get("model"), loaded.get("tok")
-    step("generation", lambda: measure_generation(m, tok, device, size))
+    step(
+        "generation",
+        lambda: measure_generation(m, tok, device, size) + measure_decode_attention(m, device, size),
+    )
     step("prefill", lambda: measure_prefill(m, tok, device, size))
     step("update", lambda: measure_update(m, device, size))
     m = loaded["model"] = None  # free it: the trainer loads its own policy, reference and critic

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lib import generation, models
+from ragen_lib import attention, generation, models
 
 ALGOS = ("starpo-ppo", "starpo-grpo", "starpo-s", "apo")
 STEPS = 3
@@ -172,11 +172,9 @@ def _environment(device: str, out: Path) -> dict:
         except importlib.metadata.PackageNotFoundError:
             d[pkg] = None
             missing.append(pkg)
-    # transformers >= 5.23 runs a masked one-token decode step on the K/V heads as they are; earlier
-    # versions copy K/V to every query head first (3x the attention's reads for SmolLM2).
-    d["decode attention packs GQA heads"] = hasattr(
-        importlib.import_module("transformers.integrations.sdpa_attention"), "pack_gqa"
-    )
+    # Who runs a masked one-token decode step on the K/V heads as they are (transformers >= 5.23,
+    # else ragen_lib.attention, which models.load installs): never a copy per query head.
+    d["decode attention on the K/V heads by"] = "transformers" if attention.library_packs() else "ragen_lib"
     try:
         d["embedded model"] = str(models.embedded_gguf())
     except FileNotFoundError:

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ragen_lib import work
+from ragen_lib import attention, work
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
 from ragen_lib.bundle import sha256_file
 
@@ -98,6 +98,7 @@ def load(name: str | None = None, *, device: str | None = None, dtype: str | tor
         tokenizer.pad_token = tokenizer.eos_token
     model = model.to(device=device, dtype=torch.float32).eval()
     setattr(model, COMPUTE_DTYPE, compute)
+    attention.install()  # masked decode steps on the K/V heads, on any transformers version
     return model, tokenizer
 
 

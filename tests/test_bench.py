@@ -139,6 +139,8 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "generate: ours",
         "prefill: shared",
         "prefill: per row",
+        "decode attention: K/V copied per query head (naive)",
+        "decode attention: on the K/V heads",
         "train step: time/step",
         "train step [continuous batching, static cache]: time/step",
         "update: padded",
@@ -156,6 +158,8 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
     ours = next(r for r in js["rows"] if r["what"].startswith("generate: ours"))
     assert ours["value"] > 0 and ours["unit"] == "tokens/s" and ours["vs_naive"] > 0
     assert all(r["value"] == r["value"] for r in js["rows"] if r["value"] is not None)  # no NaN figures
+    folded = next(r for r in js["rows"] if r["what"] == "decode attention: on the K/V heads")
+    assert float(folded["note"].split("max |Δ| ")[1].split(";")[0]) < 1e-5  # both compute the same
 
 
 TINY_WORK = dict(groups=2, group_size=2, max_new_tokens=12, max_turns=2, micro_batch_size=2)
