@@ -65,16 +65,15 @@ def _library_sdpa():
 
 
 def install(force: bool = False) -> str:
-    """Make masked one-token SDPA steps run on the K/V heads in this process; returns who does it:
-    "transformers" (>= 5.23, nothing to do) or "ragen_lib" (`sdpa_on_kv_heads` registered as
-    "sdpa"). `force` registers it on any version (the tests, which run a recent transformers)."""
+    """Make masked one-token SDPA steps run on the K/V heads in this process; returns who does it
+    (`who_packs`): "transformers" (>= 5.23: nothing to do) or "ragen_lib" (`sdpa_on_kv_heads`
+    registered as "sdpa"). `force` registers it on any version (the tests, on a recent one)."""
     from transformers.modeling_utils import AttentionInterface
 
-    if library_packs() and not force:
-        return "transformers"
-    _library_sdpa()
-    AttentionInterface.register("sdpa", sdpa_on_kv_heads)
-    return "ragen_lib"
+    if force or not library_packs():
+        _library_sdpa()
+        AttentionInterface.register("sdpa", sdpa_on_kv_heads)
+    return who_packs()
 
 
 def uninstall() -> None:
