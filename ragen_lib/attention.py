@@ -21,7 +21,10 @@ import importlib
 
 import torch
 
-_LIBRARY_SDPA = None  # transformers' own "sdpa" function, which `sdpa_on_kv_heads` falls back to
+# transformers' own "sdpa" function, which `sdpa_on_kv_heads` falls back to: looked up once (by
+# `install`) and read as a global, which torch.compile traces (TRL's compiled decode steps, in
+# `bench --only trl`), where an import inside the function breaks its graph on torch 2.11.
+_LIBRARY_SDPA = None
 
 
 def library_packs() -> bool:
@@ -80,8 +83,8 @@ def uninstall() -> None:
     """Give "sdpa" back to transformers' own function (tests that forced `install`)."""
     from transformers.modeling_utils import AttentionInterface
 
-    if _LIBRARY_SDPA is not None:
-        AttentionInterface.register("sdpa", _LIBRARY_SDPA)
+    module = importlib.import_module("transformers.integrations.sdpa_attention")
+    AttentionInterface.register("sdpa", module.sdpa_attention_forward)  # not `_LIBRARY_SDPA`: tests patch it
 
 
 def who_packs() -> str | None:

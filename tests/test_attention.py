@@ -121,8 +121,8 @@ def test_rollouts_are_unchanged_and_their_decode_steps_copy_no_key_value_heads(k
         with work.counting() as c:
             after = collect(model, tok, "sokoban", [2, 7], 2, cfg, sample_seed=4)
     finally:
-        monkeypatch.undo()  # first: `uninstall` registers whatever `_LIBRARY_SDPA` holds
         attention.uninstall()
+        monkeypatch.undo()
         attention.install()
     assert c["rollout"]["decode_steps"] > 5
     assert after.responses == before.responses and torch.equal(after.input_ids, before.input_ids)
