@@ -13,13 +13,44 @@ versions: the GPU images have 5.17, and the offline bundle never replaces a pack
 `install()` (called by `models.load`) registers `sdpa_on_kv_heads` as the "sdpa" attention of
 this process when the installed transformers does not pack; everything else (prefills, the
 updates' causal forwards, softcap or position bias) goes to transformers' own function.
+
+Either way SDPA reads every column of the cache it is given, masked or not: a row at column 300
+of a 1,024-column bucket pays for 1,024. Inside `decode_kernel("flex")` (`rollout.decode_attention:
+flex`, static caches only) the same folded step runs FlexAttention instead, with a block mask
+built on the device from the mask's last visible column per row: each row reads its own blocks
+of `FLEX_BLOCK` columns and skips the rest (`columns_read` counts it for `work`). FlexAttention
+is compiled per shape (the static caches' buckets); where it fails to compile, decode steps warn
+and go back to SDPA (`flex_failed`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import warnings
 
 import torch
+
+DECODE_KERNELS = ("sdpa", "flex")
+"""Kernels of a masked decode step (rollout.decode_attention): "sdpa" reads every cache column it
+is given, "flex" (FlexAttention, compiled) only each row's blocks up to its last visible column."""
+
+FLEX_BLOCK = 128
+"""Columns per block of the flex block mask: a row reads its visible columns rounded up to this.
+FlexAttention's default; the static caches' column buckets are multiples of 256."""
+
+FLEX_SHAPES = 64
+"""Shapes (rows × columns buckets) torch.compile may compile FlexAttention for before it gives
+up and runs it unfused (its default limit is 8; the static paths meet up to about 48)."""
+
+FLEX_COMPILED = True
+"""Run FlexAttention compiled (its block sparsity and speed); False runs it unfused, as torch
+does without compile, which reads every column (the tests: the same numbers without a compile
+per shape)."""
+
+_KERNEL = "sdpa"
+_FLEX = None  # the compiled `_flex_on_kv_heads`, made on first use
+_FLEX_FAILED: str | None = None  # why FlexAttention failed in this process (then SDPA runs)
 
 # transformers' own "sdpa" function, which `sdpa_on_kv_heads` falls back to: looked up once (by
 # `install`) and read as a global, which torch.compile traces (TRL's compiled decode steps, in
@@ -36,19 +67,24 @@ def sdpa_on_kv_heads(module, query, key, value, attention_mask, **kwargs):
     """transformers' SDPA attention function, except that a one-token step with a mask shared by
     the heads runs on the K/V heads as stored: the g query heads of each K/V head become g
     queries of it, (B, Hkv·g, 1, D) → (B, Hkv, g, D), under the same (B, 1, 1, L) mask. The same
-    dot products and softmax as the copy's, without the copy."""
+    dot products and softmax as the copy's, without the copy. Inside `decode_kernel("flex")` that
+    step runs FlexAttention over each row's own blocks (any g)."""
     g = getattr(module, "num_key_value_groups", 1)
-    plain = (
-        query.shape[2] != 1
-        or g == 1
-        or attention_mask is None
-        or attention_mask.shape[1] != 1  # a mask per head would have to be folded as well
-        or kwargs.get("dropout", 0.0) > 0
-        or any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "s_aux"))
+    decode = (
+        query.shape[2] == 1
+        and attention_mask is not None
+        and attention_mask.shape[1] == 1  # a mask per head would have to be folded as well
+        and kwargs.get("dropout", 0.0) == 0
+        and all(kwargs.get(k) is None for k in ("softcap", "position_bias", "s_aux"))
     )
-    if plain:
-        return _library_sdpa()(module, query, key, value, attention_mask, **kwargs)
     B, H, _, D = query.shape
+    if decode and _KERNEL == "flex" and _FLEX_FAILED is None and attention_mask.dtype == torch.bool:
+        visible = attention_mask[:, 0, 0, : key.shape[-2]]
+        out = _flex_step(query.reshape(B, H // g, g, D), key, value, visible, kwargs.get("scaling"))
+        if out is not None:
+            return out.reshape(B, H, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+    if not decode or g == 1:
+        return _library_sdpa()(module, query, key, value, attention_mask, **kwargs)
     out = torch.nn.functional.scaled_dot_product_attention(
         query.reshape(B, H // g, g, D),
         key,
@@ -57,6 +93,114 @@ def sdpa_on_kv_heads(module, query, key, value, attention_mask, **kwargs):
         scale=kwargs.get("scaling"),
     )
     return out.reshape(B, H, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+def _flex_on_kv_heads(query, key, value, visible, scale=None):
+    """Attention of the (B, Hkv, g, D) folded queries over the (B, Hkv, L, D) cache where
+    `visible` (B, L) is True, reading each row's blocks of FLEX_BLOCK columns up to its last
+    visible column only: the block mask is built here from device tensors (no host sync, so a
+    CUDA graph of the decode step replays it with the step's own lengths). Columns inside those
+    blocks that are not visible (left padding, a pad a row was fed) are masked element-wise."""
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    B, L = visible.shape
+    last = torch.where(visible, torch.arange(L, device=visible.device), -1).amax(-1)  # -1: none
+    blocks = -(-L // FLEX_BLOCK)
+    kv_num_blocks = torch.div(last + FLEX_BLOCK, FLEX_BLOCK, rounding_mode="floor").to(torch.int32)
+    kv_indices = torch.arange(blocks, dtype=torch.int32, device=visible.device).expand(B, 1, 1, blocks)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return visible[b, kv_idx]
+
+    block_mask = BlockMask.from_kv_blocks(
+        kv_num_blocks.view(B, 1, 1),
+        kv_indices.contiguous(),
+        BLOCK_SIZE=FLEX_BLOCK,
+        mask_mod=mask_mod,
+        seq_lengths=(query.shape[2], L),
+    )
+    return flex_attention(query, key, value, block_mask=block_mask, scale=scale)
+
+
+def _flex_step(query, key, value, visible, scale):
+    """`_flex_on_kv_heads`, compiled (FLEX_COMPILED); None, with a warning once, where it fails
+    here (then this process decodes with SDPA: the same attention, every column read)."""
+    global _FLEX, _FLEX_FAILED
+    try:
+        if not FLEX_COMPILED:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile")
+                return _flex_on_kv_heads(query, key, value, visible, scale)
+        if _FLEX is None:
+            import torch._dynamo.config as config
+
+            limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, limit, max(getattr(config, limit), FLEX_SHAPES))
+            _FLEX = torch.compile(_flex_on_kv_heads, dynamic=False)
+        return _FLEX(query, key, value, visible, scale)
+    except Exception as e:  # noqa: BLE001 (a kernel that cannot compile here must not lose a run)
+        _FLEX_FAILED = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        warnings.warn(
+            f"rollout.decode_attention=flex: FlexAttention failed here ({_FLEX_FAILED}); decode steps "
+            "run SDPA on the K/V heads instead (the same attention, every column read). "
+            "Set rollout.decode_attention=sdpa to silence this",
+            stacklevel=2,
+        )
+        return None
+
+
+def flex_failed() -> str | None:
+    """Why FlexAttention failed in this process (decode steps then run SDPA), or None."""
+    return _FLEX_FAILED
+
+
+def kernel() -> str:
+    """The decode kernel in use ("sdpa" outside `decode_kernel`)."""
+    return _KERNEL
+
+
+@contextlib.contextmanager
+def decode_kernel(name: str):
+    """Masked decode steps inside this block run `name` (one of DECODE_KERNELS). "flex" registers
+    `sdpa_on_kv_heads` as "sdpa" for the block (on transformers >= 5.23 too, which would fold
+    with SDPA itself), and gives back what was registered after."""
+    global _KERNEL
+    if name not in DECODE_KERNELS:
+        raise ValueError(f"unknown decode attention kernel {name!r}; known: {', '.join(DECODE_KERNELS)}")
+    if name == "flex":
+        require_flex()
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+    before_kernel, before_fn = _KERNEL, ALL_ATTENTION_FUNCTIONS["sdpa"]
+    if name == "flex" and before_fn is not sdpa_on_kv_heads:
+        _library_sdpa()
+        AttentionInterface.register("sdpa", sdpa_on_kv_heads)
+    _KERNEL = name
+    try:
+        yield
+    finally:
+        _KERNEL = before_kernel
+        AttentionInterface.register("sdpa", before_fn)
+
+
+def require_flex() -> None:
+    """Raise, saying what to do, where this torch has no FlexAttention (torch < 2.5)."""
+    try:
+        importlib.import_module("torch.nn.attention.flex_attention")
+    except ImportError as e:
+        raise ValueError(
+            f"rollout.decode_attention=flex needs FlexAttention (torch >= 2.5); this torch is "
+            f"{torch.__version__}: upgrade torch, or set rollout.decode_attention=sdpa"
+        ) from e
+
+
+def columns_read(visible: int, columns: int) -> int:
+    """Cache columns a masked decode step's attention reads for a row whose last visible column is
+    `visible` − 1, out of the `columns` it is given: all of them under SDPA; under flex, the row's
+    blocks of FLEX_BLOCK (what `work`'s `decode_kv_read` counts)."""
+    if _KERNEL != "flex":
+        return columns
+    return min(columns, -(-visible // FLEX_BLOCK) * FLEX_BLOCK)
 
 
 def _library_sdpa():

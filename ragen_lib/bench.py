@@ -332,16 +332,34 @@ def measure_decode_attention(model, device: str, size: dict) -> list[Row]:
     def folded():
         return attention.sdpa_on_kv_heads(layer, q, k, v, mask)[0]
 
+    def flex():  # FlexAttention, compiled, over each row's own blocks (rollout.decode_attention=flex)
+        out = attention._flex_step(q.reshape(B, Hkv, g, D), k, v, mask[:, 0, 0], None)
+        return out.reshape(B, H, 1, D).transpose(1, 2)
+
     calls = 50 if device.startswith("cuda") else 5
-    per_call = {}
-    for name, fn in (("copied", copied), ("folded", folded)):
-        fn()  # warm-up
+    per_call, compile_s = {}, None
+    for name, fn in (("copied", copied), ("folded", folded), ("flex", flex)):
+        t0 = time.perf_counter()
+        fn()  # warm-up (flex: compiles for this shape)
+        if name == "flex":
+            compile_s = time.perf_counter() - t0
+            if attention.flex_failed():
+                break
         per_call[name] = timed(lambda f=fn: [f() for _ in range(calls)], device, size["repeats"]) / calls
     worst = float((copied().float() - folded().float()).abs().max())
     note = (
         f"one layer, {B} rows × {L} columns (rows {L // 4}–{L} long), {H} query heads over {Hkv} K/V, "
         f"{dtype}; max |Δ| {worst:.1e}; this process folds with: {attention.who_packs()}"
     )
+    read = sum(attention.FLEX_BLOCK * -(-(int(n)) // attention.FLEX_BLOCK) for n in lengths.tolist())
+    if "flex" in per_call:
+        flex_note = (
+            f"{note}; flex max |Δ| {float((flex().float() - folded().float()).abs().max()):.1e}, reads "
+            f"{read / (B * L):.2f} of the columns (blocks of {attention.FLEX_BLOCK}), "
+            f"compiled in {compile_s:.1f} s"
+        )
+    else:
+        flex_note = f"{note}; FlexAttention failed here: {attention.flex_failed()}"
     return [
         Row(
             "decode attention: K/V copied per query head (naive)",
@@ -356,6 +374,13 @@ def measure_decode_attention(model, device: str, size: dict) -> list[Row]:
             "ms",
             vs_naive=per_call["copied"] / per_call["folded"],
             note=note,
+        ),
+        Row(
+            "decode attention: on the K/V heads, each row's own blocks (flex)",
+            per_call["flex"] * 1e3 if "flex" in per_call else None,
+            "ms",
+            vs_naive=per_call["copied"] / per_call["flex"] if "flex" in per_call else None,
+            note=flex_note,
         ),
     ]
 
@@ -428,6 +453,11 @@ def last_train_step(name: str, device: str, size: dict, env: str = "sokoban", **
 ROLLOUT_VARIANTS = {
     "turn batching, static cache": {"batching": "turn", "kv_cache": "static"},
     "continuous batching, static cache": {"batching": "continuous", "kv_cache": "static"},
+    "continuous batching, static cache, flex attention": {
+        "batching": "continuous",
+        "kv_cache": "static",
+        "decode_attention": "flex",
+    },
 }
 """The rollout settings the `train` section times beside the default (turn batching, dynamic
 cache): which of them becomes the default is for a GPU run of this section to say."""
@@ -451,7 +481,7 @@ def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
     # The same step with each other rollout setting; vs naive = the default's time / this one's.
     for label, rollout in ROLLOUT_VARIANTS.items():
         v = last_train_step(name, device, size, extra={"rollout": rollout})
-        note = f"rollout.batching={rollout['batching']}, kv_cache={rollout['kv_cache']}; {shape}"
+        note = ", ".join(f"rollout.{key}={value}" for key, value in rollout.items()) + f"; {shape}"
         for k in ("time/rollout", "time/step"):
             rows.append(Row(f"train step [{label}]: {k}", v[k], "s", vs_naive=m[k] / v[k], note=note))
         rows.append(
@@ -578,19 +608,24 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
         got[keep, batching] = (c.plain()["rollout"], time.perf_counter() - t0, batch.input_ids)
     (fresh, t_fresh, ids_fresh), (kept, t_kept, ids_kept) = got[False, "turn"], got[True, "turn"]
     cont, t_cont, _ = got[True, "continuous"]
-    # Static decode steps (CUDA graphs on a GPU), both batchings, each timed after one untimed
-    # rollout of the same shapes that allocates and captures.
+    # Static decode steps (CUDA graphs on a GPU), both batchings, and continuous with FlexAttention
+    # (rollout.decode_attention=flex: each row's own blocks), each timed after one untimed rollout
+    # of the same shapes that allocates, compiles and captures.
     t_static, static = {}, {}
-    for batching in ("turn", "continuous"):
-        cfg = RolloutConfig(**turns, batching=batching, kv_cache="static")
+    for batching, kernel in (("turn", "sdpa"), ("continuous", "sdpa"), ("continuous", "flex")):
+        cfg = RolloutConfig(**turns, batching=batching, kv_cache="static", decode_attention=kernel)
         # The untimed rollout captures, and is the one counted (counting reads masks: host syncs).
         with work.counting() as c:
             collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
-        static[batching] = c.plain()["rollout"]
+        key = batching if kernel == "sdpa" else kernel
+        static[key] = c.plain()["rollout"]
         t0 = time.perf_counter()
         collect(model, tok, "sokoban", [11, 12], size["group_size"], cfg, sample_seed=7)
-        t_static[batching] = time.perf_counter() - t0
+        t_static[key] = time.perf_counter() - t0
     same = "same tokens" if torch.equal(ids_fresh, ids_kept) else "DIFFERENT tokens (float rounding)"
+
+    failed = attention.flex_failed()
+    flex_failed = f"FlexAttention FAILED here ({failed}): SDPA ran; " if failed else ""
 
     def reads(r: dict) -> float:  # attention reads per column the kept tokens needed
         return r["decode_kv_read"] / max(r["decode_kv_real"], 1)
@@ -653,6 +688,18 @@ def measure_turns(name: str, device: str, quick: bool = False) -> list[Row]:
                 f"turn batching {t_static['turn']:.1f} s; rollout.kv_cache=static (on a GPU a CUDA "
                 f"graph per shape of decode step and, continuous, of admission), each after an "
                 f"untimed rollout that captures; {shape}"
+            ),
+        ),
+        Row(
+            "turns: rollout wall, continuous static steps, flex vs sdpa decode attention",
+            t_static["flex"],
+            "s",
+            vs_naive=t_static["continuous"] / t_static["flex"] if t_static["flex"] else None,
+            note=(
+                f"rollout.decode_attention=sdpa {t_static['continuous']:.1f} s; attention reads per column "
+                f"needed {reads(static['continuous']):.2f} (sdpa) against {reads(static['flex']):.2f} "
+                f"(flex, blocks of {attention.FLEX_BLOCK}); {flex_failed}same seeds, each after an "
+                f"untimed rollout that compiles and captures; {shape}"
             ),
         ),
     ]

@@ -21,6 +21,7 @@ import yaml
 
 from ragen_lib import envs
 from ragen_lib.algorithms import ADVANTAGE_ESTIMATORS, FILTER_MODES, KL_ESTIMATORS, POLICY_OBJECTIVES
+from ragen_lib.attention import DECODE_KERNELS, require_flex
 from ragen_lib.distributed import world_size
 from ragen_lib.models import DTYPES as MODEL_DTYPES
 from ragen_lib.models import EMBEDDED, TINY_RANDOM
@@ -90,10 +91,26 @@ class RolloutConfig:
     differ); `keep_kv` applies to "turn" only (continuous batching always keeps the cache).
     "turn" by default until "continuous" is measured on a GPU (`make bench`)."""
 
+    decode_attention: str = "sdpa"
+    """The attention kernel of a decode step (`attention.DECODE_KERNELS`). "sdpa" reads every
+    cache column the step is given, masked or not (up to the longest row's, rounded up to a
+    bucket); "flex" (FlexAttention, compiled once per cache shape) reads each row's own columns,
+    in blocks of 128. The same attention; needs `kv_cache: static` (fixed shapes). "sdpa" by
+    default until a GPU run of `make bench` times both."""
+
     def __post_init__(self):
         _check_fields("rollout", self)
         _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
         _choice("rollout.batching", self.batching, BATCHINGS)
+        _choice("rollout.decode_attention", self.decode_attention, DECODE_KERNELS)
+        if self.decode_attention == "flex" and self.kv_cache != "static":
+            raise ValueError(
+                f"rollout.decode_attention=flex compiles FlexAttention once per cache shape, and with "
+                f"rollout.kv_cache={self.kv_cache} the shape changes at every decode step: set "
+                "rollout.kv_cache=static, or rollout.decode_attention=sdpa"
+            )
+        if self.decode_attention == "flex":
+            require_flex()
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,6 +468,7 @@ HASH_NEUTRAL: dict[str, object] = {
     "train.shared_prefix": True,
     "rollout.keep_kv": True,
     "rollout.batching": "turn",
+    "rollout.decode_attention": "sdpa",
     "train.minibatch_order": "shuffled",
     "train.loss_agg": "token-mean",
     # A diagnostic forward, not part of the update.

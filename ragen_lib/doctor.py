@@ -18,7 +18,9 @@ names every problem; the exit code is 1 if any failed:
    a CUDA graph per bucket of decode steps and of admissions) captures its graphs, and its
    sampled log-probs agree with one forward over the finished conversations within
    `generation.LOGPROB_TOLERANCE`; with the seconds of that rollout (first and again) beside the
-   dynamic engine's and turn batching's.
+   dynamic engine's and turn batching's. The same with `rollout.decode_attention: flex`
+   (FlexAttention compiled per bucket, opt-in): its log-probs are checked where it ran, and
+   whether it compiled here is recorded (a failure there does not fail the check: SDPA runs).
 6. `train <algo>`: 3 steps of each algorithm (StarPO-PPO, StarPO-GRPO, StarPO-S, A*-PO) through
    `trainer.train`: finite losses, no skipped step, weights that moved; seconds, peak memory and
    the run's disk use.
@@ -338,47 +340,61 @@ def _continuous_decoding(work: dict, device: str) -> dict:
     model, tok = models.load(work["train_model"], device=device)
     size = dict(max_new_tokens=32, max_turns=2) if cuda else dict(max_new_tokens=8, max_turns=2)
     groups, group_size = (4, 4) if cuda else (2, 2)
-    seconds = {}
+    seconds, got = {}, {}
+    static = dict(batching="continuous", kv_cache="static")
     for label, kw in (
-        ("continuous, static (first: allocation + capture)", dict(batching="continuous", kv_cache="static")),
-        ("continuous, static", dict(batching="continuous", kv_cache="static")),
+        ("continuous, static (first: allocation + capture)", static),
+        ("continuous, static", static),
         ("continuous, dynamic", dict(batching="continuous", kv_cache="dynamic")),
         ("turn, static", dict(batching="turn", kv_cache="static")),
+        ("continuous, static, flex (first: compile + capture)", {**static, "decode_attention": "flex"}),
+        ("continuous, static, flex", {**static, "decode_attention": "flex"}),
     ):
         cfg = RolloutConfig(temperature=1.0, stop_at_answer=False, **size, **kw)
         t0 = time.perf_counter()
         batch = collect(model, tok, "sokoban", list(range(groups)), group_size, cfg, sample_seed=0)
         seconds[label] = round(_sync_time(device, t0), 3)
-        if label == "continuous, static":
-            got = batch
-    (cache,) = [x for x in generation.static_decoders(model).values() if isinstance(x, engine.RaggedKV)]
-    graphs = [g is not None for g, _ in cache.graphs.values()]
+        if label in ("continuous, static", "continuous, static, flex"):
+            got[cfg.decode_attention] = batch
+    caches = {
+        key[-1]: x for key, x in generation.static_decoders(model).items() if isinstance(x, engine.RaggedKV)
+    }
+    graphs = {kernel: [g is not None for g, _ in cache.graphs.values()] for kernel, cache in caches.items()}
     _require(
-        all(graphs) or not cuda,
+        all(graphs["sdpa"]) or not cuda,
         "CUDA graph capture failed (see the warning above): continuous static decoding runs eagerly",
     )
-    with torch.no_grad():
-        logp, _ = models.forward_logp(
-            model, got.input_ids, got.attention_mask, got.loss_mask, with_entropy=False
-        )
-    gap = ((logp - got.sample_logprobs) * got.loss_mask).abs()
     dtype = models.compute_dtype(model)
-    mean, most = float(gap.sum() / got.loss_mask.sum()), float(gap.max())
     tol_mean, tol_max = generation.LOGPROB_TOLERANCE[dtype]
-    _require(
-        mean <= tol_mean and most <= tol_max,
-        f"continuous static decoding's log-probs differ from the training forward's by mean {mean:.2e}, "
-        f"max {most:.2e} (tolerance {tol_mean}, {tol_max} in {dtype})",
-    )
+    gaps = {}
+    for kernel, batch in got.items():
+        with torch.no_grad():
+            logp, _ = models.forward_logp(
+                model, batch.input_ids, batch.attention_mask, batch.loss_mask, with_entropy=False
+            )
+        gap = ((logp - batch.sample_logprobs) * batch.loss_mask).abs()
+        mean, most = float(gap.sum() / batch.loss_mask.sum()), float(gap.max())
+        gaps[kernel] = [round(mean, 6), round(most, 6)]
+        _require(
+            mean <= tol_mean and most <= tol_max,
+            f"continuous static decoding ({kernel} attention)'s log-probs differ from the training forward's "
+            f"by mean {mean:.2e}, max {most:.2e} (tolerance {tol_mean}, {tol_max} in {dtype})",
+        )
     generation.release(model)
     shape = f"{groups * group_size} × {size['max_turns']} × {size['max_new_tokens']}"
+    cache = caches["sdpa"]
+    flex = attention.flex_failed()
     return {
         "episodes × turns × new tokens": shape,
         # decode steps "rows×columns", admissions "prefill×rows×width×columns"
-        "cuda_graphs": {"×".join(map(str, key)): g for key, g in zip(cache.graphs, graphs)},
+        "cuda_graphs": {"×".join(map(str, key)): g for key, g in zip(cache.graphs, graphs["sdpa"])},
         "captures": cache.captures,
         "rollout_s": seconds,
-        "logprob gap vs training forward (mean, max)": [round(mean, 6), round(most, 6)],
+        "logprob gap vs training forward (mean, max)": gaps["sdpa"],
+        # Opt-in (rollout.decode_attention=flex): recorded, and its log-probs checked where it ran.
+        "flex decode attention": f"FAILED, SDPA ran instead: {flex}" if flex else "ok",
+        "flex: logprob gap vs training forward (mean, max)": gaps["flex"],
+        "flex: cuda_graphs captured": f"{sum(graphs['flex'])} of {len(graphs['flex'])}",
         "compute_dtype": str(dtype).removeprefix("torch."),
     }
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ragen_lib import models, work
+from ragen_lib import attention, models, work
 from ragen_lib.generation import (
     LIVENESS_EVERY,
     StopOnText,
@@ -112,7 +112,8 @@ class RaggedKV:
         moved), of a power-of-two slot count. Else a new one."""
         if not static:
             return cls(model, slots, length)
-        key = ("continuous", rows_bucket(slots), models.compute_dtype(model))
+        # The kernel too: a captured graph replays the attention it was captured with.
+        key = ("continuous", rows_bucket(slots), models.compute_dtype(model), attention.kernel())
         cache = pooled(model, key, lambda: cls(model, key[1], columns_bucket(length), static=True))
         cache.n, cache.kv_read = [0] * len(cache.n), 0
         cache.n_dev.zero_()  # the scratch slot's too: an admission's padding rows write from column 0
@@ -265,7 +266,9 @@ class RaggedKV:
         B, C = rows_bucket(R), columns_bucket(needed)  # C ≤ length: a static cache's is a bucket
         self.ids[:R, 0] = new
         logits = self._run(model, (B, C), lambda: self._static_step(model, B, C))
-        self.kv_read += B * C
+        # Row r sees columns 0..n[r] (a free slot: up to C); SDPA reads all C, flex r's own blocks.
+        flex = attention.kernel() == "flex"
+        self.kv_read += sum(attention.columns_read(self.n[r] + 1, C) for r in range(B)) if flex else B * C
         for r in range(R):
             self.n[r] += 1
         self.n_dev[:R] += 1  # slots R..B-1 keep their lengths: their writes go to a free column

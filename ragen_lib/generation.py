@@ -17,7 +17,7 @@ from collections import OrderedDict
 import torch
 from transformers import DynamicCache, StaticCache
 
-from ragen_lib import models, work
+from ragen_lib import attention, models, work
 from ragen_lib.config import KV_CACHES
 
 LENGTH_BUCKET = 256
@@ -523,7 +523,8 @@ class _StaticDecoder:
 
     @classmethod
     def for_shape(cls, model, batch: int, length: int) -> _StaticDecoder:
-        key = (rows_bucket(batch), length, models.compute_dtype(model))
+        # The kernel too: a captured graph replays the attention it was captured with.
+        key = (rows_bucket(batch), length, models.compute_dtype(model), attention.kernel())
         return pooled(model, key, lambda: cls(model, key[0], length))
 
     def __init__(self, model, rows: int, length: int):
@@ -542,7 +543,7 @@ class _StaticDecoder:
         self.graph, self.logits = None, None
         self.storage = None  # (data_ptr, dtype, device) of every parameter and buffer when captured
         self.captures = 0  # how many times the step was (re-)captured (CPU: prepared)
-        self.kv_read = 0  # row × cache columns this call's steps read: every row, every column
+        self.kv_read = 0  # row × cache columns this call's steps read: every row (`attention.columns_read`)
 
     @property
     def nbytes(self) -> int:
@@ -631,7 +632,7 @@ class _StaticDecoder:
         self.pos[:B].copy_(pos)
         self.attn[:, self.t] = 1  # the slot the cache writes this step's key into
         self.t += 1
-        self.kv_read += self.rows * self.length
+        self.kv_read += self.rows * attention.columns_read(self.t, self.length)  # columns 0..t-1 visible
         if self.graph is not None:
             self.graph.replay()
             return self.logits[:B]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ragen_lib import engine
+from ragen_lib import attention, engine
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.envs.base import TextEnv
@@ -288,36 +288,38 @@ def collect(
         tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
         return fits(i)
 
-    if cfg.batching == "continuous":
-        first = [i for i in range(len(episodes)) if fits(i)]
-        engine.play(
-            model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
-            stop=stop, generator=generator, group_size=group_size, static=cfg.kv_cache == "static",
-        )  # fmt: skip
-    else:
-        while True:
-            live = [i for i in range(len(episodes)) if not episodes[i].done and fits(i)]
-            if not live:
-                break
-            prompts = [tracks[i].ids for i in live]
-            logps: list[list[float]] = []
-            new = generate(
-                model,
-                prompts,
-                max_new_tokens=max_new,
-                temperature=cfg.temperature,
-                eos_token_id=eos,
-                pad_token_id=pad,
-                stop=stop,
-                generator=generator,
-                group_size=_shared_group(prompts, group_size),
-                kv_cache=cfg.kv_cache,
-                kept=kept,
-                keys=live,
-                logprobs=logps,
-            )
-            for i, gen, logp in zip(live, new, logps):
-                end_turn(i, gen, logp)
+    # The decode steps' attention kernel (rollout.decode_attention); the prefills run SDPA.
+    with attention.decode_kernel(cfg.decode_attention):
+        if cfg.batching == "continuous":
+            first = [i for i in range(len(episodes)) if fits(i)]
+            engine.play(
+                model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
+                stop=stop, generator=generator, group_size=group_size, static=cfg.kv_cache == "static",
+            )  # fmt: skip
+        else:
+            while True:
+                live = [i for i in range(len(episodes)) if not episodes[i].done and fits(i)]
+                if not live:
+                    break
+                prompts = [tracks[i].ids for i in live]
+                logps: list[list[float]] = []
+                new = generate(
+                    model,
+                    prompts,
+                    max_new_tokens=max_new,
+                    temperature=cfg.temperature,
+                    eos_token_id=eos,
+                    pad_token_id=pad,
+                    stop=stop,
+                    generator=generator,
+                    group_size=_shared_group(prompts, group_size),
+                    kv_cache=cfg.kv_cache,
+                    kept=kept,
+                    keys=live,
+                    logprobs=logps,
+                )
+                for i, gen, logp in zip(live, new, logps):
+                    end_turn(i, gen, logp)
 
     return _to_batch(
         episodes, tracks, responses, group_size, pad, _system_turn_length(tokenizer, episodes[0])

@@ -129,3 +129,151 @@ def test_rollouts_are_unchanged_and_their_decode_steps_copy_no_key_value_heads(k
     assert ((after.sample_logprobs - before.sample_logprobs) * before.loss_mask).abs().max() < 1e-5
     # Every decode step ran on the K/V heads here; the prefills went to transformers, and copy.
     assert 1 not in query_length and copies and all(q > 1 for q, _ in copies)
+
+
+# ------------------------------------------------------------------------------------------------
+# rollout.decode_attention=flex: FlexAttention over each row's own blocks
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def flex_state(monkeypatch):
+    """FlexAttention's process state (compiled function, failure) restored after the test."""
+    monkeypatch.setattr(attention, "_FLEX_FAILED", None)
+    yield
+    assert attention.kernel() == "sdpa"
+
+
+def _poisoned(B, Hkv, g, L, D, lengths, dtype, beyond_blocks=True):
+    """q (B, Hkv, g, D), k, v (B, Hkv, L, D) and the visible columns (B, L) of rows of the given
+    lengths, the fourth left-padded; NaN in every column past a row's last block of FLEX_BLOCK
+    (a kernel that reads them returns NaN: softmax weight 0 times NaN)."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(B, Hkv, g, D, generator=gen, dtype=dtype)
+    k, v = (torch.randn(B, Hkv, L, D, generator=gen, dtype=dtype) for _ in range(2))
+    n = torch.tensor(lengths)
+    visible = torch.arange(L)[None] < n[:, None]
+    visible[3, :50] = False  # left padding (the turn path's static cache)
+    if beyond_blocks:
+        for b, end in enumerate((-(-n // attention.FLEX_BLOCK) * attention.FLEX_BLOCK).tolist()):
+            k[b, :, end:] = v[b, :, end:] = float("nan")
+    return q, k, v, visible
+
+
+@pytest.mark.parametrize("g", [3, 1])
+def test_a_flex_decode_step_equals_attention_written_out(g, monkeypatch, flex_state):
+    """Inside decode_kernel("flex") a masked one-token step runs FlexAttention (unfused here:
+    float64), on the K/V heads, with left padding and rows of 1 to 300 columns."""
+    from transformers.integrations import sdpa_attention
+
+    monkeypatch.setattr(attention, "FLEX_COMPILED", False)
+    B, Hkv, L, D = 4, 2, 512, 8
+    q, k, v, visible = _poisoned(B, Hkv, g, L, D, [1, 128, 129, 300], torch.float64, beyond_blocks=False)
+    query = q.reshape(B, Hkv * g, 1, D)
+    mask = visible[:, None, None]
+    module = types.SimpleNamespace(num_key_value_groups=g, is_causal=True, training=False)
+    calls = []
+    flex = attention._flex_on_kv_heads
+    monkeypatch.setattr(attention, "_flex_on_kv_heads", lambda *a: calls.append(a[0].shape) or flex(*a))
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda *a: pytest.fail("K/V copied per query head"))
+    with attention.decode_kernel("flex"):
+        out, _ = attention.sdpa_on_kv_heads(module, query, k, v, mask, dropout=0.0, scaling=None)
+    assert calls == [(B, Hkv, g, D)] and attention.flex_failed() is None
+    assert torch.allclose(out, _by_hand(query, k, v, mask[:, 0], g), atol=1e-12)
+
+
+def test_compiled_flex_reads_only_each_rows_blocks(flex_state):
+    """Compiled (as in a run), FlexAttention skips every block past a row's last visible column:
+    NaN there leaves the output finite, where any kernel reading them (SDPA, or flex with every
+    block listed) returns NaN; and it equals attention written out on what it reads."""
+    B, Hkv, g, L, D = 4, 2, 2, 512, 16
+    q, k, v, visible = _poisoned(B, Hkv, g, L, D, [1, 128, 129, 300], torch.float32)
+    out = attention._flex_step(q, k, v, visible, None)
+    assert attention.flex_failed() is None and out is not None
+    assert not out.isnan().any()
+    clean = [torch.nan_to_num(x, nan=0.0) for x in (k, v)]
+    query = q.reshape(B, Hkv * g, 1, D)
+    expected = _by_hand(query, *clean, visible[:, None, None][:, 0], g).reshape(B, Hkv, g, D)
+    assert torch.allclose(out, expected, atol=1e-5)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=visible[:, None, None])
+    assert sdpa.isnan().any()  # the poison works: a kernel that reads every column sees it
+
+
+def test_columns_read_counts_each_rows_blocks_under_flex():
+    assert attention.columns_read(1, 512) == 512  # outside decode_kernel("flex"): SDPA reads all
+    with attention.decode_kernel("flex"):
+        assert [attention.columns_read(n, 512) for n in (1, 128, 129, 300, 600)] == [128, 128, 256, 384, 512]
+    assert attention.kernel() == "sdpa"
+
+
+@pytest.mark.parametrize("batching", ["turn", "continuous"])
+def test_flex_rollouts_equal_sdpa_and_read_fewer_columns(batching, monkeypatch, flex_state):
+    """A sampled static rollout gives the same tokens and log-probs (1e-5) with
+    decode_attention=flex as with sdpa, its decode steps all went through FlexAttention, and its
+    attention read fewer cache columns (rows shorter than the bucket read their own blocks)."""
+    model, tok = models.load(models.TINY_RANDOM, device="cpu")
+    monkeypatch.setattr(attention, "FLEX_COMPILED", False)  # the same numbers; no compile per shape
+    base = dict(max_new_tokens=40, max_turns=3, temperature=1.0, stop_at_answer=False, kv_cache="static")
+    got, reads, steps, flex = {}, {}, [], attention._flex_on_kv_heads
+    monkeypatch.setattr(attention, "_flex_on_kv_heads", lambda *a: steps.append(1) or flex(*a))
+    for kernel in ("sdpa", "flex"):
+        cfg = RolloutConfig(**base, batching=batching, decode_attention=kernel)
+        steps.clear()
+        with work.counting() as c:
+            got[kernel] = collect(model, tok, "sokoban", [2, 7, 9], 2, cfg, sample_seed=4)
+        reads[kernel] = c["rollout"]["decode_kv_read"]
+        layers = model.config.num_hidden_layers
+        assert len(steps) == (layers * c["rollout"]["decode_steps"] if kernel == "flex" else 0)
+        assert c["rollout"]["decode_kv_real"] <= reads[kernel]
+    a, b = got["sdpa"], got["flex"]
+    assert attention.flex_failed() is None
+    assert a.responses == b.responses and torch.equal(a.input_ids, b.input_ids)
+    assert ((a.sample_logprobs - b.sample_logprobs) * a.loss_mask).abs().max() < 1e-5
+    assert reads["flex"] < reads["sdpa"]
+    # A captured graph replays the kernel it was captured with: the two are pooled apart.
+    from ragen_lib import generation
+
+    kernels = {key[-1] for key in generation.static_decoders(model)}
+    assert {"sdpa", "flex"} <= kernels
+    generation.release(model)
+
+
+def test_flex_that_fails_here_warns_and_decodes_with_sdpa(monkeypatch, flex_state):
+    """Where FlexAttention cannot run (no compiler, an old GPU), the rollout finishes on SDPA with
+    the same tokens, and says why."""
+    model, tok = models.load(models.TINY_RANDOM, device="cpu")
+    cfg = dict(max_new_tokens=8, max_turns=2, temperature=1.0, stop_at_answer=False, kv_cache="static")
+    before = collect(model, tok, "sokoban", [2, 7], 2, RolloutConfig(**cfg), sample_seed=4)
+
+    def broken(*a):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(attention, "FLEX_COMPILED", False)
+    monkeypatch.setattr(attention, "_flex_on_kv_heads", broken)
+    with pytest.warns(UserWarning, match="FlexAttention failed here .*no C\\+\\+ compiler.*SDPA"):
+        after = collect(
+            model, tok, "sokoban", [2, 7], 2, RolloutConfig(**cfg, decode_attention="flex"), sample_seed=4
+        )
+    assert attention.flex_failed() == "RuntimeError: no C++ compiler"
+    assert after.responses == before.responses
+    assert ((after.sample_logprobs - before.sample_logprobs) * before.loss_mask).abs().max() < 1e-5
+
+
+def test_decode_attention_flex_is_refused_where_it_cannot_work():
+    with pytest.raises(ValueError, match="kv_cache=static, or rollout.decode_attention=sdpa"):
+        RolloutConfig(decode_attention="flex")  # the dynamic cache: a new shape every step
+    with pytest.raises(ValueError, match="choose one of: sdpa, flex"):
+        RolloutConfig(decode_attention="flash", kv_cache="static")
+    with pytest.raises(ValueError, match="unknown decode attention kernel"):
+        with attention.decode_kernel("flash"):
+            pass
+
+
+def test_decode_kernel_gives_back_the_registration_and_kernel_after_an_error():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    before = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with pytest.raises(RuntimeError, match="inside"):
+        with attention.decode_kernel("flex"):
+            assert ALL_ATTENTION_FUNCTIONS["sdpa"] is attention.sdpa_on_kv_heads
+            assert attention.kernel() == "flex"
+            raise RuntimeError("inside")
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is before and attention.kernel() == "sdpa"

@@ -141,8 +141,10 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "prefill: per row",
         "decode attention: K/V copied per query head (naive)",
         "decode attention: on the K/V heads",
+        "decode attention: on the K/V heads, each row's own blocks (flex)",
         "train step: time/step",
         "train step [continuous batching, static cache]: time/step",
+        "train step [continuous batching, static cache, flex attention]: time/step",
         "update: padded",
         "update: sorted",
         "TRL",
@@ -150,6 +152,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "turns: decode row-steps, continuous vs turn batching",
         "turns: decode attention reads per column needed, continuous vs turn batching",
         "turns: rollout wall, continuous vs turn batching, static decode steps",
+        "turns: rollout wall, continuous static steps, flex vs sdpa decode attention",
         "runs per device 2",
         "peak memory",
     ):
@@ -160,6 +163,9 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
     assert all(r["value"] == r["value"] for r in js["rows"] if r["value"] is not None)  # no NaN figures
     folded = next(r for r in js["rows"] if r["what"] == "decode attention: on the K/V heads")
     assert float(folded["note"].split("max |Δ| ")[1].split(";")[0]) < 1e-5  # both compute the same
+    flex = next(r for r in js["rows"] if r["what"].endswith("each row's own blocks (flex)"))
+    assert flex["value"] > 0, flex["note"]  # FlexAttention compiled and ran here
+    assert float(flex["note"].split("flex max |Δ| ")[1].split(",")[0]) < 1e-5
 
 
 TINY_WORK = dict(groups=2, group_size=2, max_new_tokens=12, max_turns=2, micro_batch_size=2)

@@ -34,6 +34,7 @@ def test_doctor_cpu_half_passes_and_writes_its_report(tmp_path):
     assert by_name["precision"]["fraction_of_weights_changed"] > 0.9
     assert set(by_name["static decoding"]) >= {"float32", "bfloat16"}
     assert by_name["continuous decoding"]["captures"] >= 1
+    assert by_name["continuous decoding"]["flex decode attention"] == "ok"  # compiled and ran here
     for algo in doctor.ALGOS:
         d = by_name[f"train {algo}"]
         assert d["fraction_of_policy_weights_moved"] > 0.5 and d["run_disk_MB"] > 0

@@ -168,7 +168,9 @@ def test_static_cache_draws_the_same_samples_and_is_reusable(tiny):
     first = generate(model, prompts, kv_cache="static", generator=torch.Generator().manual_seed(5), **kw)
     again = generate(model, prompts, kv_cache="static", generator=torch.Generator().manual_seed(5), **kw)
     assert ref == first == again
-    assert (4, generation.LENGTH_BUCKET, torch.float32) in generation.static_decoders(model)  # 3 rows → 4
+    assert (4, generation.LENGTH_BUCKET, torch.float32, "sdpa") in generation.static_decoders(
+        model
+    )  # 3 rows → 4
 
 
 def test_unknown_kv_cache_is_an_error_naming_the_choices(tiny):
@@ -233,7 +235,7 @@ def test_row_buckets_are_reused_across_calls_and_turns(fresh):
         model, prompts[:2], **_kw(tok)
     )
     pool = generation.static_decoders(model)
-    assert [k[0] for k in pool] == [4, 2] and pool[(4, 256, torch.float32)] is first
+    assert [k[0] for k in pool] == [4, 2] and pool[(4, 256, torch.float32, "sdpa")] is first
     assert {d.captures for d in pool.values()} == {1}
 
     cfg = RolloutConfig(max_new_tokens=8, max_turns=3, kv_cache="static")
