@@ -139,7 +139,7 @@ def _flex_step(query, key, value, visible, scale):
             _FLEX = torch.compile(_flex_on_kv_heads, dynamic=False)
         return _FLEX(query, key, value, visible, scale)
     except Exception as e:  # noqa: BLE001 (a kernel that cannot compile here must not lose a run)
-        _FLEX_FAILED = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        _FLEX_FAILED = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
         warnings.warn(
             f"rollout.decode_attention=flex: FlexAttention failed here ({_FLEX_FAILED}); decode steps "
             "run SDPA on the K/V heads instead (the same attention, every column read). "
@@ -197,8 +197,8 @@ def require_flex() -> None:
 def columns_read(visible: int, columns: int) -> int:
     """Cache columns a masked decode step's attention reads for a row whose last visible column is
     `visible` − 1, out of the `columns` it is given: all of them under SDPA; under flex, the row's
-    blocks of FLEX_BLOCK (what `work`'s `decode_kv_read` counts)."""
-    if _KERNEL != "flex":
+    blocks of FLEX_BLOCK (what `work`'s `decode_kv_read` counts; all, where it failed here)."""
+    if _KERNEL != "flex" or _FLEX_FAILED:
         return columns
     return min(columns, -(-visible // FLEX_BLOCK) * FLEX_BLOCK)
 

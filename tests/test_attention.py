@@ -253,6 +253,8 @@ def test_flex_that_fails_here_warns_and_decodes_with_sdpa(monkeypatch, flex_stat
             model, tok, "sokoban", [2, 7], 2, RolloutConfig(**cfg, decode_attention="flex"), sample_seed=4
         )
     assert attention.flex_failed() == "RuntimeError: no C++ compiler"
+    with attention.decode_kernel("flex"):
+        assert attention.columns_read(1, 512) == 512  # SDPA ran: the counters say it read all
     assert after.responses == before.responses
     assert ((after.sample_logprobs - before.sample_logprobs) * before.loss_mask).abs().max() < 1e-5
 
