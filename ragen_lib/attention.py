@@ -194,13 +194,20 @@ def require_flex() -> None:
         ) from e
 
 
-def columns_read(visible: int, columns: int) -> int:
-    """Cache columns a masked decode step's attention reads for a row whose last visible column is
-    `visible` − 1, out of the `columns` it is given: all of them under SDPA; under flex, the row's
-    blocks of FLEX_BLOCK (what `work`'s `decode_kv_read` counts; all, where it failed here)."""
-    if _KERNEL != "flex" or _FLEX_FAILED:
-        return columns
+def flex_columns(visible: int, columns: int) -> int:
+    """Cache columns FlexAttention reads, out of `columns`, for a row whose last visible column is
+    `visible` − 1: the row's blocks of FLEX_BLOCK."""
     return min(columns, -(-visible // FLEX_BLOCK) * FLEX_BLOCK)
+
+
+def columns_read(visible: list[int], columns: int) -> int:
+    """Row × cache columns a masked decode step's attention reads over rows whose last visible
+    columns are `visible` − 1, out of the `columns` each is given (what `work`'s `decode_kv_read`
+    counts): all of them under SDPA, and where FlexAttention failed here; under flex, each row's
+    blocks (`flex_columns`)."""
+    if _KERNEL != "flex" or _FLEX_FAILED:
+        return len(visible) * columns
+    return sum(flex_columns(v, columns) for v in visible)
 
 
 def _library_sdpa():

@@ -351,7 +351,7 @@ def measure_decode_attention(model, device: str, size: dict) -> list[Row]:
         f"one layer, {B} rows × {L} columns (rows {L // 4}–{L} long), {H} query heads over {Hkv} K/V, "
         f"{dtype}; max |Δ| {worst:.1e}; this process folds with: {attention.who_packs()}"
     )
-    read = sum(attention.FLEX_BLOCK * -(-(int(n)) // attention.FLEX_BLOCK) for n in lengths.tolist())
+    read = sum(attention.flex_columns(n, L) for n in lengths.tolist())
     if "flex" in per_call:
         flex_note = (
             f"{note}; flex max |Δ| {float((flex().float() - folded().float()).abs().max()):.1e}, reads "

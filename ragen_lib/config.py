@@ -103,13 +103,13 @@ class RolloutConfig:
         _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
         _choice("rollout.batching", self.batching, BATCHINGS)
         _choice("rollout.decode_attention", self.decode_attention, DECODE_KERNELS)
-        if self.decode_attention == "flex" and self.kv_cache != "static":
-            raise ValueError(
-                f"rollout.decode_attention=flex compiles FlexAttention once per cache shape, and with "
-                f"rollout.kv_cache={self.kv_cache} the shape changes at every decode step: set "
-                "rollout.kv_cache=static, or rollout.decode_attention=sdpa"
-            )
         if self.decode_attention == "flex":
+            if self.kv_cache != "static":
+                raise ValueError(
+                    f"rollout.decode_attention=flex compiles FlexAttention once per cache shape, and with "
+                    f"rollout.kv_cache={self.kv_cache} the shape changes at every decode step: set "
+                    "rollout.kv_cache=static, or rollout.decode_attention=sdpa"
+                )
             require_flex()
 
 

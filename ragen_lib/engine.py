@@ -267,8 +267,7 @@ class RaggedKV:
         self.ids[:R, 0] = new
         logits = self._run(model, (B, C), lambda: self._static_step(model, B, C))
         # Row r sees columns 0..n[r] (a free slot: up to C); SDPA reads all C, flex r's own blocks.
-        flex = attention.kernel() == "flex"
-        self.kv_read += sum(attention.columns_read(self.n[r] + 1, C) for r in range(B)) if flex else B * C
+        self.kv_read += attention.columns_read([n + 1 for n in self.n[:B]], C)
         for r in range(R):
             self.n[r] += 1
         self.n_dev[:R] += 1  # slots R..B-1 keep their lengths: their writes go to a free column

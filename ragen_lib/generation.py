@@ -632,7 +632,7 @@ class _StaticDecoder:
         self.pos[:B].copy_(pos)
         self.attn[:, self.t] = 1  # the slot the cache writes this step's key into
         self.t += 1
-        self.kv_read += self.rows * attention.columns_read(self.t, self.length)  # columns 0..t-1 visible
+        self.kv_read += attention.columns_read([self.t] * self.rows, self.length)  # columns 0..t-1 visible
         if self.graph is not None:
             self.graph.replay()
             return self.logits[:B]

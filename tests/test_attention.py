@@ -198,9 +198,15 @@ def test_compiled_flex_reads_only_each_rows_blocks(flex_state):
 
 
 def test_columns_read_counts_each_rows_blocks_under_flex():
-    assert attention.columns_read(1, 512) == 512  # outside decode_kernel("flex"): SDPA reads all
+    assert attention.columns_read([1], 512) == 512  # outside decode_kernel("flex"): SDPA reads all
     with attention.decode_kernel("flex"):
-        assert [attention.columns_read(n, 512) for n in (1, 128, 129, 300, 600)] == [128, 128, 256, 384, 512]
+        assert [attention.columns_read([n], 512) for n in (1, 128, 129, 300, 600)] == [
+            128,
+            128,
+            256,
+            384,
+            512,
+        ]
     assert attention.kernel() == "sdpa"
 
 
@@ -254,7 +260,7 @@ def test_flex_that_fails_here_warns_and_decodes_with_sdpa(monkeypatch, flex_stat
         )
     assert attention.flex_failed() == "RuntimeError: no C++ compiler"
     with attention.decode_kernel("flex"):
-        assert attention.columns_read(1, 512) == 512  # SDPA ran: the counters say it read all
+        assert attention.columns_read([1], 512) == 512  # SDPA ran: the counters say it read all
     assert after.responses == before.responses
     assert ((after.sample_logprobs - before.sample_logprobs) * before.loss_mask).abs().max() < 1e-5
 
