@@ -216,8 +216,13 @@ class RaggedKV:
         if self._eager:  # eager adds the mask to the scores: an additive float mask
             mask = torch.zeros(mask.shape, device=pos.device).masked_fill(~mask, torch.finfo().min)
         with models.autocast(model):
-            return model.base_model(
-                input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self, use_cache=True
+            base = model.base_model
+            return base(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=pos,
+                use_cache=True,
+                **models.with_cache(base, self),
             ).last_hidden_state
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -393,12 +393,13 @@ def _prefill(model, input_ids, attn, position_ids, cache) -> torch.Tensor:
         real = int(attn[:, -input_ids.shape[1] :].sum())
         work.add("rollout", prefill_calls=1, prefill_tokens=input_ids.numel(), prefill_real=real)
     with models.autocast(model):
-        hidden = model.base_model(
+        base = model.base_model
+        hidden = base(
             input_ids=input_ids,
             attention_mask=attn,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
+            **models.with_cache(base, cache),
         ).last_hidden_state
     # The head on the last position only: over every prompt position it would cost more than the
     # rest of the prefill for a small model with a 49k vocabulary, and only the last is sampled.
@@ -494,8 +495,13 @@ class _DynamicDecoder:
 def _decode_step(model, ids, attn, pos, cache) -> torch.Tensor:
     """One token per row through the model: float32 logits (B, V) of the next token."""
     with models.autocast(model):
-        hidden = model.base_model(
-            input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
+        base = model.base_model
+        hidden = base(
+            input_ids=ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=True,
+            **models.with_cache(base, cache),
         ).last_hidden_state
     return models.lm_logits(model, hidden[:, -1:])[:, -1]
 

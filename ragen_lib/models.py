@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -240,6 +242,19 @@ def common_prefix(ids: torch.Tensor, attn: torch.Tensor) -> int:
     return max(0, min(int(same.sum()), int(attn.sum(1).min()) - 1))
 
 
+def with_cache(base, cache) -> dict:
+    """The keyword that hands `cache` (a KV cache) to the transformer `base`'s forward:
+    transformers 5.24 renamed `past_key_values` to `cache` (the old name warns on every call and is
+    removed in 5.40); the GPU images' 5.17 and every earlier version know only `past_key_values`."""
+    return {_cache_keyword(type(base)): cache}
+
+
+@functools.cache
+def _cache_keyword(cls) -> str:
+    # Read once per model class: the signature follows transformers' deprecation wrapper.
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
 def hidden_states(base, ids, attn, *, causal_only: bool = False, prefix: int = 0) -> torch.Tensor:
     """Last hidden states (B, T, H) of the transformer `base` (a model's `base_model`; the caller
     sets autocast). `prefix` > 0 (rows right-padded, sharing their first `prefix` tokens, see
@@ -256,11 +271,11 @@ def hidden_states(base, ids, attn, *, causal_only: bool = False, prefix: int = 0
 
     B, T = ids.shape
     cache = DynamicCache(config=base.config)
-    head = base(input_ids=ids[:1, :prefix], past_key_values=cache, use_cache=True).last_hidden_state
+    head = base(input_ids=ids[:1, :prefix], use_cache=True, **with_cache(base, cache)).last_hidden_state
     cache.batch_repeat_interleave(B)  # differentiable copies of the prefix's keys and values
     pos = torch.arange(prefix, T, device=ids.device).expand(B, -1)
     tail = base(
-        input_ids=ids[:, prefix:], position_ids=pos, past_key_values=cache, use_cache=True
+        input_ids=ids[:, prefix:], position_ids=pos, use_cache=True, **with_cache(base, cache)
     ).last_hidden_state
     return torch.cat([head.expand(B, -1, -1), tail], dim=1)
 

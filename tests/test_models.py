@@ -161,3 +161,56 @@ def test_embedded_model_answers_a_bandit_prompt_through_the_parser():
 def test_hub_id_loads():
     model, tok = models.load(os.environ["RAGEN_TEST_HUB_ID"], device="cpu")
     assert model.config.vocab_size >= len(tok) - 1024
+
+
+def test_the_cache_goes_by_the_keyword_the_installed_transformers_reads():
+    """transformers 5.24 renamed the forward's `past_key_values` to `cache`: `with_cache` follows
+    the signature (through a deprecation wrapper), so no version is handed a keyword it warns on."""
+    import functools
+
+    class New:
+        def forward(self, input_ids=None, cache=None, use_cache=None): ...
+
+    class Old:
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None): ...
+
+    def deprecating(f):  # what transformers' deprecate_kwarg does to the signature: functools.wraps
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    class Wrapped:
+        forward = deprecating(New.forward)
+
+    cache = object()
+    assert models.with_cache(New(), cache) == {"cache": cache}
+    assert models.with_cache(Old(), cache) == {"past_key_values": cache}
+    assert models.with_cache(Wrapped(), cache) == {"cache": cache}
+
+
+def test_rollouts_and_shared_prefix_forwards_raise_no_deprecation_of_their_cache_keyword():
+    """Every path that hands a KV cache to the model (prefill, dynamic and static decode steps, the
+    episode engine, a shared-prefix update forward) in the installed transformers: no warning names
+    `past_key_values` (5.24 warns on it every call and 5.40 removes it)."""
+    import warnings
+
+    from ragen_lib.config import RolloutConfig
+    from ragen_lib.rollout import collect
+
+    model, tok = models.load(models.TINY_RANDOM, device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batching, kv_cache in [("turn", "dynamic"), ("turn", "static"), ("continuous", "static")]:
+            cfg = RolloutConfig(max_new_tokens=6, max_turns=2, batching=batching, kv_cache=kv_cache)
+            collect(model, tok, "sokoban", [1, 2], 2, cfg, sample_seed=0)
+        ids = torch.arange(10, 22).repeat(2, 1)  # two right-padded rows sharing their first 5 tokens
+        ids[1, 5:] += 1
+        mask = torch.ones_like(ids)
+        mask[:, :5] = 0
+        models.forward_logp(
+            model, ids, torch.ones_like(ids), mask, with_entropy=False, causal_only=True, prefix=5
+        )
+    named = [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+    assert not named, named[:1]
