@@ -69,7 +69,11 @@ def _bench(args) -> int:
     from ragen_lib import bench
 
     only = tuple(x for x in (args.only or "").split(",") if x) or None
-    bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
+    try:
+        bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
+    except bench.SectionsFailed as e:  # the tracebacks are printed; the report holds the rest
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -279,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--only",
         default=None,
-        help="comma-separated sections (load,generation,prefill,update,train,trl,work,turns,memory)",
+        help="comma-separated sections (load,generation,prefill,update,train,work,turns,trl,pool,memory)",
     )
     bench.add_argument(
         "--before", default=None, help="an earlier report's .json: its figures go beside these"

@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 import types
 import warnings
 from pathlib import Path
@@ -97,7 +98,8 @@ SIZES = {
 }
 WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
 """The work section's step: issue #17's real-model CPU row (2×4 episodes, 2 turns, 64 new tokens)."""
-SECTIONS = ("load", "generation", "prefill", "update", "train", "trl", "work", "turns", "pool", "memory")
+SECTIONS = ("load", "generation", "prefill", "update", "train", "work", "turns", "trl", "pool", "memory")
+"""In the order they run."""
 TRL_HINT = "trl not installed (pip install -e .[bench])"
 
 
@@ -1121,6 +1123,10 @@ def write(out: Path, head: dict, rows: list[Row]) -> Path:
     return stem.with_suffix(".md")
 
 
+class SectionsFailed(RuntimeError):
+    """Sections of a bench run raised; the report holds every other section's rows."""
+
+
 def run(
     model: str | None = None,
     device: str | None = None,
@@ -1130,26 +1136,52 @@ def run(
     before: str | Path | None = None,
 ) -> Path:
     """Measure every section (or `only` those of `SECTIONS`), one printed line per measurement, and
-    write the report; `before`: an earlier report's JSON whose figures go beside this run's."""
+    write the report; `before`: an earlier report's JSON whose figures go beside this run's.
+
+    The report is written again after each section, its `status` saying which are done, so a run
+    stopped partway (a GPU lease's time limit, a crash) keeps what it measured. A section that
+    raises is recorded in the header's `failed` and the others still run; `SectionsFailed` is
+    raised at the end, after the report is written."""
     only = tuple(only or SECTIONS)
     unknown = set(only) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown bench sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    old = json.loads(Path(before).read_text()) if before is not None else None  # a bad path fails now
     name = model or models.default_model()
     device = device or models.default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("--device cuda asked for, but torch sees no CUDA device; use --device cpu")
     size = SIZES["quick" if quick else ("cuda" if device.startswith("cuda") else "cpu")]
     head = header(device, name, quick)
+    if old is not None:
+        head["before"] = f"{old['header'].get('commit')} ({before})"
     print(f"[bench] {head['device']}, model {name}, sizes {head['sizes']}", flush=True)
     rows: list[Row] = []
+    done: list[str] = []
+    failed: dict[str, str] = {}
     t_all = time.perf_counter()
+    todo = [s for s in SECTIONS if s in only]
+
+    def save(status: str) -> Path:
+        head["wall_s"] = round(time.perf_counter() - t_all, 1)
+        head["status"] = status
+        if failed:
+            head["failed"] = "; ".join(f"{k}: {v}" for k, v in failed.items())
+        if old is not None:
+            attach_before(rows, old)
+        return write(Path(out), head, rows)
 
     def step(label, fn):
         if label not in only:
             return
         t0 = time.perf_counter()
-        got = fn()
+        try:
+            got = fn()
+        except Exception as e:  # one broken section must not cost the others' figures (a lease is short)
+            traceback.print_exc()
+            failed[label] = f"{type(e).__name__}: {e}"
+            print(f"[bench] {label} FAILED: {failed[label]}", flush=True)
+            got = []
         rows.extend(got)
         for r in got:
             print(
@@ -1158,6 +1190,9 @@ def run(
                 flush=True,
             )
         print(f"[bench]   ({label} took {time.perf_counter() - t0:.1f} s)", flush=True)
+        done.append(label)
+        left = [s for s in todo if s not in done]
+        save(f"running: done {', '.join(done)}; not yet run {', '.join(left)}" if left else "finishing")
 
     loaded = {}
 
@@ -1184,11 +1219,10 @@ def run(
     step("trl", lambda: measure_trl(name, device, size))
     step("pool", lambda: measure_runs_per_device(name, device, size))
     step("memory", lambda: [peak_memory(device)])
-    head["wall_s"] = round(time.perf_counter() - t_all, 1)
-    if before is not None:
-        old = json.loads(Path(before).read_text())
-        attach_before(rows, old)
-        head["before"] = f"{old['header'].get('commit')} ({before})"
-    path = write(Path(out), head, rows)
+    path = save("complete" if not failed else f"complete except failed sections: {', '.join(failed)}")
     print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
+    if failed:
+        raise SectionsFailed(
+            f"bench sections failed: {head['failed']} (tracebacks above); {path} holds the others"
+        )
     return path

@@ -283,3 +283,48 @@ def test_an_unequal_trl_comparison_is_refused_not_reported(monkeypatch):
     size = {**bench.SIZES["quick"], "trl_steps": 1}
     with pytest.raises(bench.UnequalTerms, match="KL term"):
         bench.measure_trl(models.TINY_RANDOM, "cpu", size)
+
+
+def test_a_failing_section_costs_only_its_own_rows(tmp_path, monkeypatch):
+    """A section that raises is named in the report, with its error, and the sections after it still
+    run and are written; the command then exits 1 (a GPU lease is too short to lose a whole run)."""
+    from ragen_lib.__main__ import main
+
+    def broken(*a, **k):
+        raise RuntimeError("no kernel image for this GPU")
+
+    monkeypatch.setattr(bench, "measure_prefill", broken)
+    argv = ["bench", "--quick", "--model", "tiny-random", "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv + ["--only", "load,prefill,memory"]) == 1
+    js = json.loads((tmp_path / "cpu.json").read_text())
+    whats = [r["what"] for r in js["rows"]]
+    assert any(w.startswith("load: first") for w in whats) and any(w.startswith("peak memory") for w in whats)
+    assert not any(w.startswith("prefill") for w in whats)
+    assert js["header"]["failed"] == "prefill: RuntimeError: no kernel image for this GPU"
+    assert js["header"]["status"] == "complete except failed sections: prefill"
+    assert "no kernel image" in (tmp_path / "cpu.md").read_text()
+
+
+def test_a_run_stopped_partway_keeps_what_it_measured(tmp_path, monkeypatch):
+    """The report is rewritten after every section: a run killed in a later section (the lease's
+    time limit, Ctrl-C) leaves the rows of the sections done and says which did not run."""
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "peak_memory", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run(models.TINY_RANDOM, "cpu", tmp_path, quick=True, only=("load", "prefill", "memory"))
+    js = json.loads((tmp_path / "cpu.json").read_text())
+    whats = [r["what"] for r in js["rows"]]
+    assert any(w.startswith("load: first") for w in whats) and any(w.startswith("prefill") for w in whats)
+    assert js["header"]["status"] == "running: done load, prefill; not yet run memory"
+
+
+def test_a_missing_before_report_fails_before_any_model_loads(tmp_path, monkeypatch):
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load", no_load)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        bench.run(models.TINY_RANDOM, "cpu", tmp_path, quick=True, before=tmp_path / "nope.json")
