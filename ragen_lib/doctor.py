@@ -107,13 +107,41 @@ def run(device: str | None = None, out: str | Path = "outputs/gpu-check", model:
     checks: list[Check] = []
     t_all = time.perf_counter()
 
-    def check(label: str, fn, *args) -> None:
+    # (label, check): run in this order; the checks read `work` when they run (model load fills it).
+    plan = [
+        ("environment", lambda: _environment(device, Path(out))),
+        ("model load", lambda: _model_load(name, device, work)),
+        ("precision", lambda: _precision(work["train_model"], device)),
+        ("static decoding", lambda: _static_decoding(work, device)),
+        ("continuous decoding", lambda: _continuous_decoding(work, device)),
+        *((f"train {algo}", lambda algo=algo: _train(algo, work["train_model"], device)) for algo in ALGOS),
+    ]
+
+    def report() -> tuple[Path, dict]:
+        # Written after every check: a host that hangs or is taken back mid-run (a lease's time
+        # limit) leaves the checks done and names those not run.
+        left = [label for label, _ in plan[len(checks) :]]
+        head = {
+            "device": _device_name(device),
+            "model": name,
+            "train_model": work["train_model"],
+            "compute_dtype": str(models.compute_dtype_for("auto", device)).removeprefix("torch."),
+            "commit": _commit(),
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "wall_s": round(time.perf_counter() - t_all, 1),
+            "status": f"running: not yet run {', '.join(left)}" if left else "complete",
+            "passed": sum(c.ok for c in checks),
+            "failed": sum(not c.ok for c in checks),
+        }
+        return write(Path(out), head, checks), head
+
+    for label, fn in plan:
         c = Check(label)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         try:
-            c.details = fn(*args) or {}
+            c.details = fn() or {}
             c.ok = True
         except CheckFailed as e:
             c.error = str(e)
@@ -122,29 +150,12 @@ def run(device: str | None = None, out: str | Path = "outputs/gpu-check", model:
         c.seconds = round(time.perf_counter() - t0, 2)
         c.details["peak_memory_gb"] = round(_peak_gb(device), 3)
         checks.append(c)
+        report()
         status = "ok  " if c.ok else "FAIL"
         why = "" if c.ok else ": " + c.error.splitlines()[0]
         print(f"[doctor] {status} {label} ({c.seconds:.1f} s){why}", flush=True)
 
-    check("environment", _environment, device, Path(out))
-    check("model load", _model_load, name, device, work)
-    check("precision", _precision, work["train_model"], device)
-    check("static decoding", _static_decoding, work, device)
-    check("continuous decoding", _continuous_decoding, work, device)
-    for algo in ALGOS:
-        check(f"train {algo}", _train, algo, work["train_model"], device)
-    head = {
-        "device": _device_name(device),
-        "model": name,
-        "train_model": work["train_model"],
-        "compute_dtype": str(models.compute_dtype_for("auto", device)).removeprefix("torch."),
-        "commit": _commit(),
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "wall_s": round(time.perf_counter() - t_all, 1),
-        "passed": sum(c.ok for c in checks),
-        "failed": sum(not c.ok for c in checks),
-    }
-    path = write(Path(out), head, checks)
+    path, head = report()
     failed = [c for c in checks if not c.ok]
     print(f"[doctor] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
     if failed:

@@ -61,6 +61,24 @@ def test_a_failed_check_is_reported_and_the_others_still_run(tmp_path, monkeypat
     assert "**FAILED**" in (tmp_path / "cpu.md").read_text()
 
 
+def test_a_check_cut_off_partway_leaves_the_report_of_those_done(tmp_path, monkeypatch):
+    """The report is written after every check: a host taken back mid-run (a lease's time limit,
+    here an interrupt in the third check) keeps the checks done and names those not run."""
+
+    def taken_back(name, device):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor, "_model_load", lambda name, device, work: {"stub": True})
+    monkeypatch.setattr(doctor, "_precision", taken_back)
+    with pytest.raises(KeyboardInterrupt):
+        doctor.run("cpu", tmp_path)
+    report = json.loads((tmp_path / "cpu.json").read_text())
+    assert [c["name"] for c in report["checks"]] == ["environment", "model load"]
+    not_run = ["precision", "static decoding", "continuous decoding"] + [f"train {a}" for a in doctor.ALGOS]
+    assert report["header"]["status"] == "running: not yet run " + ", ".join(not_run)
+    assert "not yet run precision" in (tmp_path / "cpu.md").read_text()
+
+
 def test_asking_for_cuda_without_one_says_what_to_do(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(doctor.torch.cuda, "is_available", lambda: False)
     assert doctor.run("cuda", tmp_path) == 2
