@@ -392,18 +392,7 @@ def _prefill(model, input_ids, attn, position_ids, cache) -> torch.Tensor:
     if work.active() is not None:
         real = int(attn[:, -input_ids.shape[1] :].sum())
         work.add("rollout", prefill_calls=1, prefill_tokens=input_ids.numel(), prefill_real=real)
-    with models.autocast(model):
-        base = model.base_model
-        hidden = base(
-            input_ids=input_ids,
-            attention_mask=attn,
-            position_ids=position_ids,
-            use_cache=True,
-            **models.with_cache(base, cache),
-        ).last_hidden_state
-    # The head on the last position only: over every prompt position it would cost more than the
-    # rest of the prefill for a small model with a 49k vocabulary, and only the last is sampled.
-    return models.lm_logits(model, hidden[:, -1:])[:, -1]
+    return _decode_step(model, input_ids, attn, position_ids, cache)
 
 
 def _decoder(model, cache, attn, max_new_tokens: int, group_size: int, kv_cache: str):
@@ -493,7 +482,8 @@ class _DynamicDecoder:
 
 
 def _decode_step(model, ids, attn, pos, cache) -> torch.Tensor:
-    """One token per row through the model: float32 logits (B, V) of the next token."""
+    """`ids` (one token per row, or a prompt: the last columns of `attn`) through the model into
+    `cache`: float32 logits (B, V) of the next token."""
     with models.autocast(model):
         base = model.base_model
         hidden = base(
@@ -503,6 +493,8 @@ def _decode_step(model, ids, attn, pos, cache) -> torch.Tensor:
             use_cache=True,
             **models.with_cache(base, cache),
         ).last_hidden_state
+    # The head on the last position only: over every prompt position it would cost more than the
+    # rest of a prefill for a small model with a 49k vocabulary, and only the last is sampled.
     return models.lm_logits(model, hidden[:, -1:])[:, -1]
 
 
