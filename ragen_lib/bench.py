@@ -270,7 +270,7 @@ def measure_generation(model, tok, device: str, size: dict) -> list[Row]:
         ours_generate(model, tok, prompts, n, gs, kv_cache="static")  # allocation + graph capture
     t_static = timed(lambda: ours_generate(model, tok, prompts, n, gs, kv_cache="static"), device, r)
     how = "CUDA graph per step" if device.startswith("cuda") else "eager (no CUDA graphs on CPU)"
-    how = "; ".join([how] + [str(w.message) for w in caught])
+    how = "; ".join([how, *dict.fromkeys(str(w.message) for w in caught)])  # each warning once
     # The fast path must compute what the plain one does: teacher-forced log-probs of the same
     # sampled tokens by both decoders and the training forward (greedy identity is no test in bf16).
     from ragen_lib.generation import logprob_agreement

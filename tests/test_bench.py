@@ -328,3 +328,23 @@ def test_a_missing_before_report_fails_before_any_model_loads(tmp_path, monkeypa
     monkeypatch.setattr(models, "load", no_load)
     with pytest.raises(FileNotFoundError, match="nope.json"):
         bench.run(models.TINY_RANDOM, "cpu", tmp_path, quick=True, before=tmp_path / "nope.json")
+
+
+def test_a_warning_of_the_static_decoder_is_noted_once(tiny, monkeypatch):
+    """A warning raised while the static decoder allocates and captures goes into the row's note,
+    once however many decode steps raise it."""
+    import warnings
+
+    real = bench.ours_generate
+
+    def warning(*args, kv_cache="dynamic", **kwargs):
+        if kv_cache == "static":
+            for _ in range(5):
+                warnings.warn("CUDA graph capture failed here; decoding eagerly")
+        return real(*args, kv_cache=kv_cache, **kwargs)
+
+    monkeypatch.setattr(bench, "ours_generate", warning)
+    model, tok = tiny
+    rows = bench.measure_generation(model, tok, "cpu", bench.SIZES["quick"])
+    static = next(r for r in rows if r.what == "generate: ours + sharing + static cache")
+    assert static.note.count("CUDA graph capture failed here") == 1, static.note
