@@ -17,6 +17,7 @@ just before) as a column and their ratio before/after: `make bench-before-after`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -1043,12 +1044,15 @@ def measure_runs_per_device(name: str, device: str, size: dict) -> list[Row]:
     shape = f"{n} runs × {size['pool_steps']} steps (Sokoban {size['groups']}×{size['group_size']})"
     mps = f"; CUDA MPS {'on' if mps_running() else 'off'}" if device.startswith("cuda") else ""
     rows, base = [], None
+    # Every k runs in spawned workers, k = 1 too: each pays the same process starts and model loads,
+    # gets the threads a grid's slots give it (on CPU the cores split k ways), and none shares a
+    # process with this one, whose heap the earlier sections grew (beside two 8.5 GB CPU workers,
+    # a 24 GiB machine ran out of memory). Give that heap back to the system first.
+    _trim_host_memory()
     for k in size["pool_runs"]:
         with tempfile.TemporaryDirectory() as root:
             t0 = time.perf_counter()
-            experiments.run_grid(
-                root, f"pool-{k}", cfgs, progress=False, slots=experiments.worker_slots(k) if k > 1 else None
-            )
+            experiments.run_grid(root, f"pool-{k}", cfgs, progress=False, slots=experiments.worker_slots(k))
             wall = time.perf_counter() - t0
         rate = n * size["pool_steps"] / wall
         base = base or rate
@@ -1057,6 +1061,16 @@ def measure_runs_per_device(name: str, device: str, size: dict) -> list[Row]:
             Row(f"runs per device {k}: steps/s of all runs", rate, "steps/s", vs_naive=rate / base, note=note)
         )
     return rows
+
+
+def _trim_host_memory() -> None:
+    """Free unreachable objects and return the freed heap to the system (glibc keeps it otherwise)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def mps_running() -> bool:

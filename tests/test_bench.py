@@ -340,7 +340,7 @@ def test_a_warning_of_the_static_decoder_is_noted_once(tiny, monkeypatch):
     def warning(*args, kv_cache="dynamic", **kwargs):
         if kv_cache == "static":
             for _ in range(5):
-                warnings.warn("CUDA graph capture failed here; decoding eagerly")
+                warnings.warn("CUDA graph capture failed here; decoding eagerly", stacklevel=2)
         return real(*args, kv_cache=kv_cache, **kwargs)
 
     monkeypatch.setattr(bench, "ours_generate", warning)
@@ -348,3 +348,18 @@ def test_a_warning_of_the_static_decoder_is_noted_once(tiny, monkeypatch):
     rows = bench.measure_generation(model, tok, "cpu", bench.SIZES["quick"])
     static = next(r for r in rows if r.what == "generate: ours + sharing + static cache")
     assert static.note.count("CUDA graph capture failed here") == 1, static.note
+
+
+def test_every_runs_per_device_k_trains_in_spawned_workers(monkeypatch):
+    """k = 1 as well: each k pays the same process starts and gets the threads a grid's slots give
+    it, and none trains in the bench's own (grown) process."""
+    from ragen_lib import experiments
+
+    calls = []
+    monkeypatch.setattr(
+        experiments, "run_grid", lambda root, name, cfgs, progress, slots: calls.append(slots)
+    )
+    size = {**bench.SIZES["quick"], "pool_runs": (1, 2)}
+    rows = bench.measure_runs_per_device(models.TINY_RANDOM, "cpu", size)
+    assert calls == [experiments.worker_slots(1), experiments.worker_slots(2)]
+    assert [r.what for r in rows] == [f"runs per device {k}: steps/s of all runs" for k in (1, 2)]
