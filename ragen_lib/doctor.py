@@ -117,16 +117,20 @@ def run(device: str | None = None, out: str | Path = "outputs/gpu-check", model:
         *((f"train {algo}", lambda algo=algo: _train(algo, work["train_model"], device)) for algo in ALGOS),
     ]
 
+    fixed = {  # the same in every report of this run (the commit is a git call: read once)
+        "device": _device_name(device),
+        "model": name,
+        "train_model": work["train_model"],
+        "compute_dtype": str(models.compute_dtype_for("auto", device)).removeprefix("torch."),
+        "commit": _commit(),
+    }
+
     def report() -> tuple[Path, dict]:
         # Written after every check: a host that hangs or is taken back mid-run (a lease's time
         # limit) leaves the checks done and names those not run.
         left = [label for label, _ in plan[len(checks) :]]
         head = {
-            "device": _device_name(device),
-            "model": name,
-            "train_model": work["train_model"],
-            "compute_dtype": str(models.compute_dtype_for("auto", device)).removeprefix("torch."),
-            "commit": _commit(),
+            **fixed,
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "wall_s": round(time.perf_counter() - t_all, 1),
             "status": f"running: not yet run {', '.join(left)}" if left else "complete",
