@@ -24,7 +24,8 @@ How a row is decided, in this order (the first that applies wins):
    episodes), with a fixed RNG seed. REPRODUCED when the CI's low end is above 0 (above −margin for
    non-inferiority) and, for a sign-test claim, the sign test's p < alpha; NOT REPRODUCED when the
    CI's high end is below the MDE (below −margin for non-inferiority: the effect the study could
-   see is excluded); INCONCLUSIVE otherwise.
+   see is excluded); INCONCLUSIVE otherwise, saying whether the CI spans 0 and the MDE or the sign
+   test disagreed with a CI above 0 (its p, or arms that ran different seeds and so have no pairs).
 """
 
 from __future__ import annotations
@@ -559,6 +560,18 @@ def judge(
             row,
             status=NOT_REPRODUCED,
             reason=f"CI high {hi:+.3g} below the MDE {claim.mde:g}: the claimed effect is excluded",
+        )
+    if lo > 0:  # the CI alone would reproduce it; the claim's sign test did not agree
+        if not paired:
+            return replace(
+                row,
+                reason=f"CI above 0, but the sign test needs both arms on the same seeds "
+                f"(a {sorted(sa['seed'].tolist())}, b {sorted(sb['seed'].tolist())})",
+            )
+        return replace(
+            row,
+            reason=f"CI above 0, but sign test p {p:.3g} >= alpha {claim.alpha:g} "
+            f"({int((diffs > 0).sum())} of {int((diffs != 0).sum())} untied seeds favour a)",
         )
     return replace(row, reason=f"CI [{lo:+.3g}, {hi:+.3g}] covers both 0 and the MDE {claim.mde:g}")
 

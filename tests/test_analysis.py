@@ -161,6 +161,22 @@ def test_collapse_order_in_every_seed_is_reproduced_by_the_sign_test():
     assert row4.status == analysis.INCONCLUSIVE and "cannot reach p < 0.05 (min p 0.0625)" in row4.reason
 
 
+def test_a_ci_above_zero_without_the_sign_test_says_which_test_failed():
+    claim = analysis.Claim("collapse", "a later", "rollout/success", mde=5, score="collapse", test="sign")
+    # b collapses at step 12 in seeds 0-3; seed 4 ties (neither collapses): 4 of 4 untied favour a,
+    # p = 1/16 = 0.0625; the bootstrap's CI of the mean (18, 18, 18, 18, 0) stays above 0
+    df = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 10 or seed == 4 else 0.0})
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.ci[0] > 0, row
+    assert row.reason == "CI above 0, but sign test p 0.0625 >= alpha 0.05 (4 of 4 untied seeds favour a)"
+    # the arms ran different seeds: no pairs, so no sign test can be computed
+    collapses = runs_df({"b": lambda seed, step: 0.6 if step < 10 else 0.0}, seeds=(1, 2, 3, 4, 5))
+    unpaired = pd.concat([runs_df({"a": 0.6}), collapses])
+    row = analysis.judge(unpaired, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.ci[0] > 0, row
+    assert row.reason.startswith("CI above 0, but the sign test needs both arms on the same seeds")
+
+
 def test_tie_at_ceiling_is_inconclusive():
     df = runs_df({"a": 1.0, "b": 0.98})
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
