@@ -104,7 +104,9 @@ offline-bundle: $(STAMP)
 	$(BIN)/python -m ragen_lib bundle $(DEST) --part-mb $(PART_MB) --python $(PYTHONS) $(if $(SKIP),--skip $(SKIP))
 
 # PROFILE=smoke|quick|paper; default quick with CUDA, smoke without. Finished runs are reused,
-# so an interrupted replicate-all picks up where it stopped.
+# so an interrupted replicate-all picks up where it stopped. A notebook that fails does not stop
+# the others (one finding's bug should not cost the rest of a GPU lease); the report marks it and
+# replicate-all exits 1 naming it. A notebook killed by a signal (exit > 128) stops the loop.
 PROFILE ?= $(shell $(BIN)/python -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB ?= 00
@@ -113,14 +115,20 @@ NB ?= 00
 # output disk cannot hold the plan; PLAN_FLAGS=--no-check skips the refusal.
 replicate-all: $(STAMP)
 	$(BIN)/python -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
-	@for nb in $(NOTEBOOKS); do $(MAKE) --no-print-directory replicate NB=$$(basename $$nb | cut -c1-2) PROFILE=$(PROFILE) || exit 1; done
-	$(MAKE) --no-print-directory report PROFILE=$(PROFILE)
+	@failed=""; for nb in $(NOTEBOOKS); do n=$$(basename $$nb | cut -c1-2); \
+	   $(MAKE) --no-print-directory replicate NB=$$n PROFILE=$(PROFILE); rc=$$?; \
+	   if [ $$rc -gt 128 ]; then exit $$rc; fi; \
+	   if [ $$rc -ne 0 ]; then failed="$$failed $$n"; fi; done; \
+	 $(MAKE) --no-print-directory report PROFILE=$(PROFILE) || exit 1; \
+	 if [ -n "$$failed" ]; then echo "replicate-all: notebook(s)$$failed failed; the others ran. The executed copies in $${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks/ show each error, REPORT.md marks them; fix, then run make replicate-all again (finished runs are reused)" >&2; exit 1; fi
 
+# The executed copy goes where the notebook's runs and verdict go: $RAGEN_OUTPUTS/<profile>, else
+# outputs/<profile> (the report reads it there to tell a failed or unfinished notebook).
 replicate: $(STAMP)
-	@mkdir -p outputs/$(PROFILE)/notebooks
-	@src=$$(ls notebooks/$(NB)_*.py); name=$$(basename $$src .py); tmp=$$(mktemp -d); \
+	@out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out; \
+	 src=$$(ls notebooks/$(NB)_*.py); name=$$(basename $$src .py); tmp=$$(mktemp -d); \
 	 $(BIN)/jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
-	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb outputs/$(PROFILE)/notebooks/$$name.ipynb -p profile $(PROFILE); \
+	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \
 	 rc=$$?; rm -rf $$tmp; exit $$rc
 
 report: $(STAMP)

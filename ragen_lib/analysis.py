@@ -663,13 +663,40 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def notebook_run(path: Path) -> tuple[str, float | None]:
+    """How papermill's last execution of a notebook ended, from the executed copy at `path`:
+    ("finished" | "failed" | "unfinished" | "not run", its start as a POSIX time or None).
+    papermill records `exception: true` when a cell raised and `end_time` when it stopped;
+    a copy without `end_time` was killed (or is still running)."""
+    from datetime import datetime
+
+    if not path.exists():
+        return "not run", None
+    try:
+        meta = json.loads(path.read_text()).get("metadata", {}).get("papermill", {})
+    except (OSError, json.JSONDecodeError):
+        return "unfinished", None  # papermill was killed while writing it
+    start = meta.get("start_time")
+    start_s = datetime.fromisoformat(start).timestamp() if start else None
+    if meta.get("exception"):
+        return "failed", start_s
+    return ("finished" if meta.get("end_time") else "unfinished"), start_s
+
+
 def report(profile: str) -> Path:
     """outputs/<profile>/REPORT.md: one row per sub-claim (verdict, effect and CI, power, design),
-    PILOT rows marked; the device, commit and wall time on top."""
+    PILOT rows marked; the device, commit and wall time on top. A finding whose notebook failed,
+    did not finish or never ran under `make replicate` is listed too, and a verdict older than its
+    notebook's failed or unfinished last run is marked stale."""
     import torch
 
+    from ragen_lib import experiments
+
     base = runs.output_root(profile)
-    verdicts = [json.loads(p.read_text()) for p in sorted((base / "verdicts").glob("*.json"))]
+    verdicts = [
+        {**json.loads(p.read_text()), "written": p.stat().st_mtime}
+        for p in sorted((base / "verdicts").glob("*.json"))
+    ]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     lines = [
         f"# Replication report: profile `{profile}`",
@@ -688,12 +715,31 @@ def report(profile: str) -> Path:
         "| notebook | sub-claim | verdict | effect [95% CI] | why | power | design | figures |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for v in verdicts:
+    by_name = {v["notebook"]: v for v in verdicts}
+    for name in sorted(set(experiments.findings()) | set(by_name)):
+        state, start = notebook_run(base / "notebooks" / f"{name}.ipynb")
+        link = f"[notebooks/{name}.ipynb](notebooks/{name}.ipynb)"
+        v = by_name.get(name)
+        if v is None:
+            why = {
+                "failed": f"the notebook raised: see {link}",
+                "unfinished": f"the notebook did not finish (killed, or still running): {link}",
+                "finished": f"the notebook finished without writing a verdict: {link}",
+                "not run": f"`make replicate NB={name[:2]} PROFILE={profile}` has not run",
+            }[state]
+            lines.append(f"| {name} | **headline** | **NO VERDICT** | | {why} | | | |")
+            continue
+        stale = state in ("failed", "unfinished") and start is not None and v["written"] < start
+        status = f"**{v['status']}**"
+        reason = v["reason"]
+        if stale:
+            status = f"**STALE {v['status']}**"
+            last = "raised" if state == "failed" else "did not finish"
+            reason = f"from an earlier run: the notebook's last run {last} ({link}); {reason}"
         figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in v.get("figures", []))
         lines.append(
-            f"| {v['notebook']} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
-            f"**{v['status']}** | | "
-            f"{v['reason']} | | | {figs} |"
+            f"| {name} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
+            f"{status} | | {reason} | | verdict of commit {v.get('commit', 'unknown')} | {figs} |"
         )
         for r in v.get("rows", []):  # a verdict written before rows existed has none
             eff = r["effect"]
@@ -704,9 +750,10 @@ def report(profile: str) -> Path:
                 + ("" if r["ci"][0] != r["ci"][0] else f" [{r['ci'][0]:+.3g}, {r['ci'][1]:+.3g}]")
             )
             status = "PILOT (no verdict)" if r["status"] == PILOT else r["status"]
+            status = f"stale {status}" if stale else status
             d = design(Row(**{**r, "ci": tuple(r["ci"])}))
             lines.append(
-                f"| {v['notebook']} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
+                f"| {name} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
                 f"{r['power']} | {d} | |"
             )
     out = base / "REPORT.md"

@@ -296,6 +296,49 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "Smoke profile" in report and "Device:" in report and "Commit:" in report
 
 
+def _executed(path, *, start, end=True, exception=None):
+    """An executed notebook as papermill leaves it: only the metadata the report reads."""
+    stamp = pd.Timestamp(start, unit="s", tz="UTC").isoformat()
+    meta = {"start_time": stamp, "end_time": stamp if end else None, "exception": exception}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": [], "metadata": {"papermill": meta}}))
+
+
+def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verdicts(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    df = runs_df({"a": 0.9, "b": 0.1}, seeds=(0,))
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    for name in ("01_instability", "03_uncertainty_filtering", "04_kl_and_clipping"):
+        analysis.Verdict(name, f"claim {name}", [row], primary=["late"]).write("quick")
+    written = (tmp_path / "quick" / "verdicts" / "01_instability.json").stat().st_mtime
+    nbs = tmp_path / "quick" / "notebooks"
+    _executed(nbs / "01_instability.ipynb", start=written - 60)  # finished, wrote this verdict
+    _executed(nbs / "02_echo_trap.ipynb", start=written + 60, exception=True)  # raised, no verdict
+    _executed(nbs / "03_uncertainty_filtering.ipynb", start=written + 60, exception=True)  # raised later
+    _executed(nbs / "04_kl_and_clipping.ipynb", start=written + 60, end=False)  # killed mid-run
+    (nbs / "06_reasoning_rewards.ipynb").write_text('{"cells": [')  # killed while papermill wrote it
+    lines = analysis.report("quick").read_text().splitlines()
+
+    def line(name, text):
+        return next(x for x in lines if x.startswith(f"| {name} | {text}"))
+
+    assert "| **INCONCLUSIVE** |" in line("01_instability", "**headline**")
+    assert "| INCONCLUSIVE |" in line("01_instability", "late:")
+    assert not any("stale" in x.lower() for x in lines if x.startswith("| 01_instability"))
+    assert "| **NO VERDICT** | | the notebook raised: see [notebooks/02_echo_trap.ipynb]" in line(
+        "02_echo_trap", "**headline**"
+    )
+    head3 = line("03_uncertainty_filtering", "**headline**")
+    assert "| **STALE INCONCLUSIVE** | | from an earlier run: the notebook's last run raised" in head3
+    assert "| stale INCONCLUSIVE |" in line("03_uncertainty_filtering", "late:")
+    assert "last run did not finish" in line("04_kl_and_clipping", "**headline**")
+    assert "the notebook did not finish (killed, or still running)" in line(
+        "06_reasoning_rewards", "**headline**"
+    )
+    assert "`make replicate NB=05 PROFILE=quick` has not run" in line("05_rollout_quality", "**headline**")
+    assert f"verdict of commit {analysis.runs.git_commit()}" in line("01_instability", "**headline**")
+
+
 def test_one_arm_claims_lead_and_slope_against_zero():
     # success collapses at step 12 in every seed; the reward std halves at step 6: lead 6 steps
     df = runs_df({"a": lambda seed, step: 0.6 if step < 10 else 0.0})
