@@ -8,7 +8,8 @@ rows and the headline, a stated rule over them (`headline`), and writes both for
 
 How a row is decided, in this order (the first that applies wins):
 1. PILOT when a run of either arm is not judged in this profile (`judged` column, profiles.yaml).
-2. INCONCLUSIVE "no runs" when an arm has no data.
+2. INCONCLUSIVE "no data" when an arm has no runs, or the metric (a lead's indicator too) was
+   never logged.
 3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert in arm a
    (`clip`: clip fraction below 1%, or one optimizer step per batch so the ratio is always 1;
    `filter`: the filter kept every episode).
@@ -491,6 +492,9 @@ def judge(
             if claim.metric.startswith("memory/") and not A.empty and not B.empty
             else f"no data: {which}",
         )
+    if claim.score == "lead" and (claim.indicator not in df or A[claim.indicator].isna().all()):
+        # without this, a misspelt indicator would read as "never dropped": a lead of 0 in every seed
+        return replace(row, reason=f"no data: no {claim.indicator} logged (the lead's indicator)")
     why = mechanism_inactive(A, claim.mechanism)
     if why:
         return replace(row, reason=f"mechanism did not act ({claim.mechanism}): {why}")

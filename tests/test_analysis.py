@@ -348,6 +348,11 @@ def test_one_arm_claims_lead_and_slope_against_zero():
     )
     row = analysis.judge(df, lead, {"arm": "a"}, None)
     assert row.status == analysis.REPRODUCED and row.effect == 6
+    # a misspelt indicator is missing data, not an indicator that never dropped (a lead of 0)
+    typo = analysis.Claim("lead", "std warns", "rollout/success", mde=2, score="lead", indicator="reward/sdt")
+    row = analysis.judge(df, typo, {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == "no data: no reward/sdt logged (the lead's indicator)"
     flat = runs_df({"a": 0.6})
     flat["reward/group_std"] = 0.4
     row = analysis.judge(flat, lead, {"arm": "a"}, None)
