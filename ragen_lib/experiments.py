@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import math
 import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -338,9 +341,10 @@ def run_grid(
                 except KeyboardInterrupt:
                     print(f"interrupted: {path} stopped mid-run (resumable: rerun to continue)")
                     raise
-                except BaseException:
-                    print(f"run failed: {path} (its metrics and last checkpoint are kept; rerun to resume)")
-                    raise
+                except Exception as e:  # as in the pool: one run's failure must not cost the others
+                    traceback.print_exc()
+                    print(f"run failed: {path} ({e!r}); its metrics and last checkpoint are kept: rerun")
+                    failures.append((path, _release(e)))
                 bar.update()
     bar.close()
     if failures:
@@ -351,6 +355,21 @@ def run_grid(
             "above names any repair a run needs)."
         ) from failures[0][1]
     return paths
+
+
+def _release(error: BaseException) -> BaseException:
+    """`error` without its tracebacks (printed already), so the failed run's frames, and the model
+    and optimizer they hold, are freed before the next run of the grid starts."""
+    e, seen = error, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return error
 
 
 class GridInterrupted(KeyboardInterrupt):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -114,15 +115,33 @@ def test_run_grid_reuses_finished_runs_and_load_reads_them(tmp_path):
     assert empty.empty and {"run_id", "finding", "done", "step"} <= set(empty.columns)
 
 
-def test_run_grid_reraises_and_names_the_failed_run(tmp_path, capsys):
-    def boom(cfg, run):
-        run.log(0, {"a": 1})
-        raise RuntimeError("diverged")
+class Weights:
+    """Stands for a failed run's model: the test checks it is freed before the next run starts."""
 
-    with pytest.raises(RuntimeError, match="diverged"):
-        experiments.run_grid(tmp_path, "f", [CFG], boom, progress=False)
-    assert runs.run_dir(tmp_path, "f", CFG).name in capsys.readouterr().out
-    assert not Run(runs.run_dir(tmp_path, "f", CFG), CFG).done
+
+def test_run_grid_one_at_a_time_keeps_going_after_a_failure_and_frees_it(tmp_path, capsys):
+    held = []
+
+    def train(cfg, run):
+        if cfg.train.seed == 0:
+            model = Weights()  # a local of the failing frame, as a model is
+            held.append(weakref.ref(model))
+            run.log(0, {"a": 1})
+            raise RuntimeError("diverged")
+        assert held[0]() is None, "the failed run's frames still hold its model"
+        for step in range(cfg.train.steps):
+            run.log(step, {"a": 2})
+        run.mark_done()
+
+    cfgs = seeds(0, 1)
+    with pytest.raises(RuntimeError, match="1 of 2 runs failed") as info:
+        experiments.run_grid(tmp_path, "f", cfgs, train, progress=False)
+    assert isinstance(info.value.__cause__, RuntimeError) and str(info.value.__cause__) == "diverged"
+    out = capsys.readouterr()
+    assert f"run failed: {runs.run_dir(tmp_path, 'f', cfgs[0])}" in out.out
+    assert "Traceback" in out.err and "diverged" in out.err  # where it failed, printed at once
+    assert not Run(runs.run_dir(tmp_path, "f", cfgs[0]), cfgs[0]).done
+    assert Run(runs.run_dir(tmp_path, "f", cfgs[1]), cfgs[1]).done  # trained after the failure
 
 
 def pooled_train(cfg, run):
