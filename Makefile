@@ -125,8 +125,10 @@ replicate-all: $(STAMP)
 # The executed copy goes where the notebook's runs and verdict go: $RAGEN_OUTPUTS/<profile>, else
 # outputs/<profile> (the report reads it there to tell a failed or unfinished notebook).
 replicate: $(STAMP)
-	@out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out; \
-	 src=$$(ls notebooks/$(NB)_*.py); name=$$(basename $$src .py); tmp=$$(mktemp -d); \
+	@src=$$(ls notebooks/$(NB)_*.py 2>/dev/null); \
+	 if [ $$(echo $$src | wc -w) -ne 1 ]; then echo "make replicate: NB=$(NB) names no notebook; NB is one of: $$(ls notebooks/[0-9][0-9]_*.py | xargs -n1 basename | cut -c1-2 | tr '\n' ' ')" >&2; exit 2; fi; \
+	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out; \
+	 name=$$(basename $$src .py); tmp=$$(mktemp -d); \
 	 $(BIN)/jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
 	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \
 	 rc=$$?; rm -rf $$tmp; exit $$rc
