@@ -220,7 +220,10 @@ def _plan(args) -> int:
     hold it. `make replicate-all` runs it first."""
     from ragen_lib import experiments
 
-    p = experiments.plan(args.profile, root=args.root, names=args.finding or None, device=args.device)
+    try:  # an unknown profile or finding, a grid file's typo: the message says what to fix
+        p = experiments.plan(args.profile, root=args.root, names=args.finding or None, device=args.device)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
     print(experiments.format_plan(p))
     if p["need_bytes"] > p["free_bytes"] and not args.no_check:
         print(

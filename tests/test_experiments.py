@@ -250,6 +250,11 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     )
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 3
     assert "error: the plan needs" in capsys.readouterr().err
+    # a typo is one line that names the fix, not a traceback
+    assert main(["plan", "quik", "--root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "error: unknown profile 'quik'; valid profiles: smoke, quick, paper\n"
+    assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertanity"]) == 2
+    assert "error: no grid file" in capsys.readouterr().err
 
 
 def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots():
