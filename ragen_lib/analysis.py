@@ -687,6 +687,19 @@ def notebook_run(path: Path) -> tuple[str, float | None]:
     return ("finished" if meta.get("end_time") else "unfinished"), start_s
 
 
+def trained_on(base: Path) -> str:
+    """The devices the finished runs under `base` trained on, from their DONE records (the report
+    may be written elsewhere, e.g. on a laptop from a GPU host's outputs)."""
+    counts: dict[str, int] = {}
+    for done in sorted(base.glob("runs/*/*/" + runs.DONE)):
+        try:
+            device = json.loads(done.read_text()).get("device") or "unrecorded"
+        except (OSError, json.JSONDecodeError):
+            device = "unreadable DONE"
+        counts[device] = counts.get(device, 0) + 1
+    return ", ".join(f"{d} ({n} runs)" for d, n in counts.items()) or "no finished runs"
+
+
 def report(profile: str) -> Path:
     """outputs/<profile>/REPORT.md: one row per sub-claim (verdict, effect and CI, power, design),
     PILOT rows marked; the device, commit and wall time on top. A finding whose notebook failed,
@@ -701,12 +714,12 @@ def report(profile: str) -> Path:
         {**json.loads(p.read_text()), "written": p.stat().st_mtime}
         for p in sorted((base / "verdicts").glob("*.json"))
     ]
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    here = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     lines = [
         f"# Replication report: profile `{profile}`",
         "",
-        f"Device: {device}. Commit: {runs.git_commit()}. Total wall time of the notebooks: "
-        f"{sum(v.get('wall_s') or 0 for v in verdicts) / 60:.1f} min.",
+        f"Trained on: {trained_on(base)}. Report written on: {here}, commit {runs.git_commit()}. "
+        f"Total wall time of the notebooks: {sum(v.get('wall_s') or 0 for v in verdicts) / 60:.1f} min.",
         "",
     ]
     if profile == "smoke":

@@ -55,6 +55,7 @@ from pathlib import Path
 import torch
 
 from ragen_lib import attention, generation, models
+from ragen_lib import metrics as M
 
 ALGOS = ("starpo-ppo", "starpo-grpo", "starpo-s", "apo")
 STEPS = 3
@@ -118,7 +119,7 @@ def run(device: str | None = None, out: str | Path = "outputs/gpu-check", model:
     ]
 
     fixed = {  # the same in every report of this run (the commit is a git call: read once)
-        "device": _device_name(device),
+        "device": M.device_name(device),
         "model": name,
         "train_model": work["train_model"],
         "compute_dtype": str(models.compute_dtype_for("auto", device)).removeprefix("torch."),
@@ -528,10 +529,6 @@ def _peak_gb(device: str) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**30
     # CPU: the process's peak RSS so far (ru_maxrss is KiB on Linux), monotone across checks.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def _device_name(device: str) -> str:
-    return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"
 
 
 def _commit() -> str:

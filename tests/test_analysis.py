@@ -293,7 +293,13 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "| 09_x | **headline**: a claim" in report
     assert "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 | under-powered: 1 seed(s)" in report
     assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report
-    assert "Smoke profile" in report and "Device:" in report and "Commit:" in report
+    assert "Smoke profile" in report and "Trained on: no finished runs. Report written on: cpu" in report
+    for i, device in enumerate(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "cpu"]):
+        done = tmp_path / "smoke" / "runs" / "09_x" / f"run{i}" / "DONE"
+        done.parent.mkdir(parents=True)
+        done.write_text(json.dumps({"steps": 3, "device": device}))
+    report = analysis.report("smoke").read_text()
+    assert "Trained on: NVIDIA H100 80GB HBM3 (2 runs), cpu (1 runs)." in report
 
 
 def _executed(path, *, start, end=True, exception=None):
