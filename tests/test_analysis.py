@@ -142,6 +142,63 @@ def test_a_noisy_small_difference_is_inconclusive_not_a_decision():
     assert row.status == analysis.INCONCLUSIVE and "covers both 0 and the MDE" in row.reason
 
 
+def test_student_t_quantiles_and_the_seed_level_interval_by_hand():
+    # t tables: 0.975 quantiles for 2, 3 and 10 degrees of freedom, and the normal's
+    for df, q in [(2, 4.302653), (3, 3.182446), (10, 2.228139), (math.inf, 1.959964)]:
+        assert analysis.t_quantile(0.975, df) == pytest.approx(q, abs=1e-6)
+    assert analysis.t_cdf(0.0, 3) == 0.5 and analysis.t_cdf(-1.0, 4) == pytest.approx(
+        1 - analysis.t_cdf(1.0, 4)
+    )
+    scores = lambda *v: pd.DataFrame({"score": v})  # noqa: E731
+    # paired differences 0.1, 0.2, 0.3: mean 0.2, sd 0.1, se 0.1/sqrt(3), half-width 4.302653 * se
+    lo, hi = analysis.t_interval(scores(0.6, 0.7, 0.8), scores(0.5, 0.5, 0.5), LATE, paired=True)
+    assert (lo, hi) == pytest.approx((0.2 - 0.248414, 0.2 + 0.248414), abs=1e-6)
+    # Welch: var/n 0.01/3 and 0.03/3, se sqrt(0.04/3); df (0.04/3)^2 / ((0.01/3)^2/2 + (0.01)^2/2) = 3.2
+    lo, hi = analysis.t_interval(scores(0.5, 0.6, 0.7), scores(0.2, 0.2, 0.5), LATE, paired=False)
+    half = analysis.t_quantile(0.975, 3.2) * math.sqrt(0.04 / 3)
+    assert (lo, hi) == pytest.approx((0.3 - half, 0.3 + half))
+    assert 2.776 < half / math.sqrt(0.04 / 3) < 3.182  # df 3.2: between the quantiles of df 4 and df 3
+
+
+def test_three_seeds_that_agree_but_spread_widely_are_not_enough():
+    """A percentile bootstrap over 3 seeds reaches no further than their range: with all three
+    differences above 0 (1 in 8 under no effect) it called the effect. The t interval does not."""
+    df = runs_df({"a": lambda seed, step: (0.55, 0.75, 0.95)[seed], "b": 0.5}, seeds=(0, 1, 2))
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.effect == pytest.approx(0.25), row
+    # differences 0.05, 0.25, 0.45: sd 0.2, half-width 4.302653 * 0.2 / sqrt(3) = 0.4968
+    assert row.ci == pytest.approx((0.25 - 0.496827, 0.25 + 0.496827), abs=1e-5)
+    boot = analysis.bootstrap_ci(
+        *(analysis.seed_scores(df[df["arm"] == x], LATE) for x in "ab"), LATE, paired=True
+    )
+    assert boot[0] > 0  # the bootstrap alone would have reproduced it
+
+
+@pytest.mark.slow
+def test_a_null_effect_over_three_seeds_is_rarely_reproduced(monkeypatch):
+    """The rule's false-positive rate, simulated: 200 studies of 3 seeds per arm with no effect
+    (each seed's success rate ~ N(0.5, 0.1), 12 validations on 128 states). A 95% CI above 0 should
+    happen about 2.5% of the time: 7 of 200 here; the bootstrap alone gave 28. Fixed RNG seed."""
+    rng = np.random.default_rng(0)
+    full = analysis.bootstrap_ci
+    monkeypatch.setattr(analysis, "bootstrap_ci", lambda *a, **k: full(*a, **k, draws=400))  # 5x faster
+    reproduced = 0
+    for _ in range(200):
+        rate = {
+            (arm, seed): float(np.clip(rng.normal(0.5, 0.1), 0.02, 0.98)) for arm in "ab" for seed in range(3)
+        }
+        draws = {key: rng.binomial(128, p, size=12) / 128 for key, p in rate.items()}
+        df = runs_df(
+            {arm: (lambda seed, step, arm=arm, d=draws: d[arm, seed][step]) for arm in "ab"},
+            seeds=(0, 1, 2),
+            steps=12,
+        )
+        reproduced += (
+            analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == "REPRODUCED"
+        )
+    assert reproduced <= 12, f"{reproduced} of 200 null studies reproduced (5% would be 10)"
+
+
 def test_censored_pair_is_inconclusive():
     claim = analysis.Claim("collapse", "a collapses later", "rollout/success", mde=5, score="collapse")
     df = runs_df({"a": 0.6, "b": 0.6})  # neither arm ever collapses within 30 steps
