@@ -613,7 +613,8 @@ def judge(
     row.ci = (min(blo, tlo), max(bhi, thi))
     lo, hi = row.ci
     diffs = (sa["score"].to_numpy() - sb["score"].to_numpy()) * claim.direction if paired else np.array([])
-    p = sign_test(int((diffs > 0).sum()), int((diffs != 0).sum())) if paired else float("nan")
+    favour, untied = int((diffs > 0).sum()), int((diffs != 0).sum())
+    p = sign_test(favour, untied) if paired else float("nan")
     if claim.kind == "noninferiority":
         if lo > -claim.margin:
             return replace(row, status=REPRODUCED, reason=f"CI low {lo:+.3g} above −margin {-claim.margin:g}")
@@ -642,7 +643,7 @@ def judge(
         return replace(
             row,
             reason=f"CI above 0, but sign test p {p:.3g} >= alpha {claim.alpha:g} "
-            f"({int((diffs > 0).sum())} of {int((diffs != 0).sum())} untied seeds favour a)",
+            f"({favour} of {untied} untied seeds favour a)",
         )
     return replace(row, reason=f"CI [{lo:+.3g}, {hi:+.3g}] covers both 0 and the MDE {claim.mde:g}")
 
@@ -759,10 +760,8 @@ def trained_on(base: Path) -> str:
     may be written elsewhere, e.g. on a laptop from a GPU host's outputs)."""
     counts: dict[str, int] = {}
     for done in sorted(base.glob("runs/*/*/" + runs.DONE)):
-        try:
-            device = json.loads(done.read_text()).get("device") or "unrecorded"
-        except (OSError, json.JSONDecodeError):
-            device = "unreadable DONE"
+        info = runs.read_done(done.parent)
+        device = "unreadable DONE" if info is None else info.get("device") or "unrecorded"
         counts[device] = counts.get(device, 0) + 1
     return ", ".join(f"{d} ({n} runs)" for d, n in counts.items()) or "no finished runs"
 
@@ -774,14 +773,14 @@ def report(profile: str) -> Path:
     notebook's failed or unfinished last run is marked stale."""
     import torch
 
-    from ragen_lib import experiments
+    from ragen_lib import experiments, metrics
 
     base = runs.output_root(profile)
     verdicts = [
         {**json.loads(p.read_text()), "written": p.stat().st_mtime}
         for p in sorted((base / "verdicts").glob("*.json"))
     ]
-    here = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    here = metrics.device_name("cuda" if torch.cuda.is_available() else "cpu")
     lines = [
         f"# Replication report: profile `{profile}`",
         "",

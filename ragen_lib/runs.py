@@ -83,6 +83,16 @@ def output_root(profile: str) -> Path:
     return Path(base) / profile
 
 
+def read_done(path: Path) -> dict | None:
+    """The DONE summary of the run folder `path`, or None when it is missing or unreadable (no lock
+    taken, no config needed: a report reads it from another machine's outputs)."""
+    try:
+        info = json.loads((Path(path) / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
 def git_commit() -> str:
     """Short commit of this checkout, or "unknown" (no git, not a repository)."""
     try:
@@ -497,11 +507,7 @@ class Run:
 
     def done_info(self) -> dict | None:
         """DONE's summary, or None when it is missing or unreadable (see `problems`)."""
-        try:
-            info = json.loads((self.path / DONE).read_text())
-        except (OSError, ValueError):
-            return None
-        return info if isinstance(info, dict) else None
+        return read_done(self.path)
 
     def problems(self) -> list[str]:
         """What is wrong with a finished run (empty: DONE is valid). A finished run's metrics hold
