@@ -37,6 +37,12 @@ class Metric:
     when: str = "every step"
 
 
+VAL_WHEN = (
+    "steps 0, val_every, 2·val_every, …: the policy that plays that step (step 0: before any update); "
+    "the last step: the final policy"
+)
+"""RAGEN's schedule (docs/FIDELITY.md D10): before training, every val_every updates, after the last."""
+
 METRICS: dict[str, Metric] = {
     "rollout/success": Metric("success (train)", "fraction of the step's episodes that ended in success"),
     "rollout/format_valid": Metric(
@@ -114,11 +120,9 @@ METRICS: dict[str, Metric] = {
     ),
     "memory/peak_gb": Metric("peak GB", "peak CUDA memory of the step (NaN on CPU)"),
     "val/success": Metric(
-        "success (val)", "success on the fixed validation states at val_temperature", "validation steps"
+        "success (val)", "success on the fixed validation states at val_temperature", VAL_WHEN
     ),
-    "val/format_valid": Metric(
-        "format-valid (val)", "format-valid rate on the validation states", "validation steps"
-    ),
+    "val/format_valid": Metric("format-valid (val)", "format-valid rate on the validation states", VAL_WHEN),
     "warmup/format_valid_before": Metric(
         "format-valid before warm-up", "first answers on 32 held-out states, before", "step 0 with a warm-up"
     ),

@@ -85,15 +85,21 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                disable=not (progress and ranks.main))  # fmt: skip
     for step in bar:
         t0 = time.perf_counter()
+        m: dict = {}
+        # ---- validation, RAGEN's schedule: the policy after `step` updates (the one that plays this
+        # step's rollout; at step 0 the policy before any update, RAGEN's val_before_train), every
+        # val_every updates; the final policy is validated at the end of the last step instead ----
+        if t.val_every and step % t.val_every == 0 and step != last:
+            m.update(_validation(policy, tok, cfg, ranks))
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
-        m: dict = {}
         if a.advantage == "apo" and a.apo_refresh_every and step and step % a.apo_refresh_every == 0:
             t_vs = time.perf_counter()
             v_star, _ = estimate_v_star(policy, tok, cfg, pool, step, reward_scale)  # with the current policy
             m["time/v_star"] = time.perf_counter() - t_vs
 
         # ---- rollout: P (× online_k) fresh initial states, N samples each ----
+        t_r = time.perf_counter()
         states = seeds.apo_states(cfg, step, pool) if pool else seeds.train_seeds(cfg, step)
         policy.eval()
         # Each rank plays its contiguous share of the groups (the states the single-process run
@@ -108,7 +114,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             env_kwargs=dict(cfg.env.kwargs),
             sample_seed=seeds.torch_seed(t.seed, step, seeds.ROLLOUT_SAMPLING) + ranks.rank,
         )
-        t_rollout = time.perf_counter() - t0
+        t_rollout = time.perf_counter() - t_r
         episodes = ranks.cat(_episode_stats(full))  # every rank's episodes, in single-process order
 
         # ---- uncertainty filter (StarPO-S): keep the groups whose raw rewards vary most ----
@@ -218,12 +224,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         if step == first and start is None:
             m.update(warm)
 
-        # ---- validation on fixed states at val_temperature (rank 0 plays them all; the rest wait) ----
-        if t.val_every and (step % t.val_every == 0 or step == last):
-            for name in (cfg.env.name, *cfg.env.eval_envs) if ranks.main else ():
-                suffix = "" if name == cfg.env.name else f"/{name}"
-                m.update({f"{k}{suffix}": v for k, v in validate(policy, tok, cfg, name).items()})
-            m.update(ranks.broadcast({k: v for k, v in m.items() if k.startswith("val/")}))
+        if t.val_every and step == last:  # the final policy, after every update
+            m.update(_validation(policy, tok, cfg, ranks))
         m["time/step"] = time.perf_counter() - t0
         rows.append({"step": step, **m})
         bar.set_postfix(success=f"{m['rollout/success']:.2f}", fmt=f"{m['rollout/format_valid']:.2f}")
@@ -523,6 +525,16 @@ def _micro(batch: dict, rows: torch.Tensor, device, share: bool = False) -> tupl
     prefix = models.common_prefix(batch["input_ids"][rows, :width], attn) if share and causal else 0
     mb = {k: (v[rows][:, :width] if v.dim() == 2 else v[rows]).to(device) for k, v in batch.items()}
     return mb, {"causal_only": causal, "prefix": prefix}
+
+
+def _validation(policy, tok, cfg: Config, ranks) -> dict:
+    """`validate` on the training env and each of `env.eval_envs` (`val/<quantity>/<env>`): rank 0
+    plays them all, the rest wait and receive its numbers."""
+    m = {}
+    for name in (cfg.env.name, *cfg.env.eval_envs) if ranks.main else ():
+        suffix = "" if name == cfg.env.name else f"/{name}"
+        m.update({f"{k}{suffix}": v for k, v in validate(policy, tok, cfg, name).items()})
+    return ranks.broadcast(m)
 
 
 def validate(policy, tok, cfg: Config, env_name: str) -> dict:

@@ -222,6 +222,61 @@ def test_validation_uses_fixed_states():
         seeds.val_seeds("sokobn", 2)
 
 
+def test_validation_follows_ragens_schedule_from_the_initial_policy_to_the_final_one(monkeypatch):
+    """RAGEN validates before any update, after every val_every updates and after the last. Row s holds
+    the validation of the policy that played step s's rollout (s updates); the last row, the final
+    policy's."""
+    seen, inside = [], []  # ("val" | "rollout", fingerprint of the weights)
+    real_collect, real_validate, real_load = trainer.collect, trainer.validate, trainer.models.load
+
+    def weights(model) -> tuple:
+        flat = torch.cat([p.detach().double().flatten() for p in model.parameters()])
+        return (float(flat.sum()), float(flat.abs().sum()))
+
+    def collect(policy, *a, **k):
+        if not inside:
+            seen.append(("rollout", weights(policy)))
+        return real_collect(policy, *a, **k)
+
+    def validate(policy, *a, **k):
+        seen.append(("val", weights(policy)))
+        inside.append(1)
+        try:
+            return real_validate(policy, *a, **k)
+        finally:
+            inside.pop()
+
+    def load(*a, **k):
+        model, tok = real_load(*a, **k)
+        loaded.append(model)
+        return model, tok
+
+    loaded = []
+    monkeypatch.setattr(trainer, "collect", collect)
+    monkeypatch.setattr(trainer, "validate", validate)
+    monkeypatch.setattr(trainer.models, "load", load)
+    cfg = tiny(**{"algo.name": "starpo-grpo", "train.steps": 5, "train.val_every": 2, "train.val_size": 2})
+    rows = trainer.train(cfg, progress=False)
+
+    assert [r["step"] for r in rows if "val/success" in r] == [0, 2, 4]
+    assert [what for what, _ in seen] == [
+        "val",
+        "rollout",
+        "rollout",
+        "val",
+        "rollout",
+        "rollout",
+        "rollout",
+        "val",
+    ]
+    rollout = [w for what, w in seen if what == "rollout"]  # the policy after s updates, s = 0..4
+    val = [w for what, w in seen if what == "val"]
+    assert len(set(rollout)) == 5, "every update must change the weights, or this test shows nothing"
+    assert val[0] == rollout[0]  # before any update: RAGEN's val_before_train
+    assert val[1] == rollout[2]  # after 2 updates, logged in row 2 beside the rollout it played
+    assert val[2] == weights(loaded[0]) != rollout[4]  # after the 5th update: the final policy
+
+
 def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path):
     cfg = tiny(**{"train.checkpoint_every": 1})
     run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
