@@ -42,10 +42,12 @@ def _demo(args) -> int:
 def _run(args) -> int:
     from pathlib import Path
 
-    from ragen_lib import runs, trainer
+    from ragen_lib import models, runs, trainer
 
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
+    if not (path / runs.DONE).exists():  # before the run folder is made; a finished run needs no model
+        models.check(cfg.model.name)
     if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
         trainer.train(cfg, None, progress=not args.quiet)
         return 0
@@ -366,10 +368,11 @@ class ConfigError(ValueError):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message says what to do: printed alone, without a traceback."""
-    from ragen_lib import runs, trainer
+    from ragen_lib import models, runs, trainer
 
     return (
         ConfigError,
+        models.ModelNotFound,
         runs.RunLockedError,
         runs.CorruptRunError,
         runs.DiskFullError,

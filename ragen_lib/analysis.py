@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ragen_lib import runs
+from ragen_lib import models, runs
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 PILOT = "PILOT"  # run at pilot scale in this profile: figures and numbers, no verdict
@@ -274,6 +275,7 @@ class Row:
     steps: int | None = None
     val_size: int | None = None
     temperature: float | None = None
+    models: list = field(default_factory=list)  # cfg.model.name of the rows judged
     power: str = ""
     criterion: str = ""
 
@@ -289,9 +291,11 @@ class Row:
 
 
 def design(row: Row) -> str:
+    names = ", ".join(row.models)
+    model = f", model {names}{models.paper_note(row.models)}" if row.models else ""
     return (
         f"seeds {row.seeds or '—'}, steps {_fmt(row.steps)}, validation states {_fmt(row.val_size)}, "
-        f"temperature {_fmt(row.temperature)}"
+        f"temperature {_fmt(row.temperature)}{model}"
     )
 
 
@@ -513,6 +517,10 @@ def _design(part: pd.DataFrame) -> dict:
         "steps": int(part["step"].max()) + 1 if len(part) else None,
         "val_size": one("cfg.train.val_size"),
         "temperature": one("cfg.rollout.temperature"),
+        # every model the rows trained (a config written before it was recorded: "not recorded")
+        "models": sorted(part["cfg.model.name"].fillna(UNRECORDED_MODEL).astype(str).unique())
+        if "cfg.model.name" in part
+        else [],
     }
 
 
@@ -755,15 +763,28 @@ def notebook_run(path: Path) -> tuple[str, float | None]:
     return ("finished" if meta.get("end_time") else "unfinished"), start_s
 
 
+UNRECORDED_MODEL = "not recorded (RAGEN_MODEL or the embedded model)"
+"""The model of a run whose config predates recording it (model.name left as None)."""
+
+
 def trained_on(base: Path) -> str:
-    """The devices the finished runs under `base` trained on, from their DONE records (the report
-    may be written elsewhere, e.g. on a laptop from a GPU host's outputs)."""
-    counts: dict[str, int] = {}
+    """The devices and models the finished runs under `base` trained, from their DONE records and
+    configs (the report may be written elsewhere, e.g. on a laptop from a GPU host's outputs)."""
+    devices, names = Counter(), Counter()
     for done in sorted(base.glob("runs/*/*/" + runs.DONE)):
         info = runs.read_done(done.parent)
-        device = "unreadable DONE" if info is None else info.get("device") or "unrecorded"
-        counts[device] = counts.get(device, 0) + 1
-    return ", ".join(f"{d} ({n} runs)" for d, n in counts.items()) or "no finished runs"
+        devices["unreadable DONE" if info is None else info.get("device") or "unrecorded"] += 1
+        try:
+            names[runs.Run(done.parent).saved_config().get("model", {}).get("name") or UNRECORDED_MODEL] += 1
+        except (OSError, ValueError, runs.CorruptRunError):  # said, not fatal to the report
+            names["unreadable config.yaml"] += 1
+    if not devices:
+        return "no finished runs"
+
+    def counts(c: Counter) -> str:
+        return ", ".join(f"{k} ({n} runs)" for k, n in c.items())
+
+    return f"{counts(devices)}; models {counts(names)}{models.paper_note(names)}"
 
 
 def report(profile: str) -> Path:

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from ragen_lib.algorithms import ADVANTAGE_ESTIMATORS, FILTER_MODES, KL_ESTIMATO
 from ragen_lib.attention import DECODE_KERNELS, require_flex
 from ragen_lib.distributed import world_size
 from ragen_lib.models import DTYPES as MODEL_DTYPES
-from ragen_lib.models import EMBEDDED, TINY_RANDOM
+from ragen_lib.models import EMBEDDED, MODEL_ENV, TINY_RANDOM, default_model
 
 KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
@@ -124,7 +125,8 @@ class RolloutConfig:
 class ModelConfig:
     name: str | None = None
     """"smollm2-135m-instruct" (embedded), "tiny-random", a .gguf path, a folder or a hub id.
-    None: RAGEN_MODEL or the embedded model."""
+    Left out (None): RAGEN_MODEL if set, else the embedded model; the config records which, so a
+    run's config.yaml and folder hash name the model that trained (another model: another run)."""
     device: str | None = None
     """None: cuda when available, else cpu."""
     dtype: str = "auto"
@@ -132,6 +134,8 @@ class ModelConfig:
     bfloat16. Weights and optimizer states stay float32 whatever this says (`models` docstring)."""
 
     def __post_init__(self):
+        if self.name is None:
+            object.__setattr__(self, "name", default_model())
         _check_fields("model", self)
         _choice("model.dtype", self.dtype, MODEL_DTYPES)
         _check_model_name(self.name)
@@ -724,18 +728,20 @@ def _in_range(key: str, value, spec: str) -> None:
 BUILTIN_MODELS = (EMBEDDED, TINY_RANDOM)
 
 
-def _check_model_name(name: str | None) -> None:
-    """A name close to a built-in model is a typo, said here rather than after a hub lookup. Paths,
-    .gguf files and hub ids (org/name) are checked when the model loads."""
-    if name is None or name in BUILTIN_MODELS:
+def _check_model_name(name: str) -> None:
+    """A name close to a built-in model is a typo, said here rather than after a hub lookup. Paths
+    and .gguf files are looked for before a run starts (`models.check`: a config may name a file
+    of another machine, e.g. a finished run's, reused without loading), hub ids when they load."""
+    if name in BUILTIN_MODELS:
         return
     if name.endswith(".gguf") or "/" in name or name.startswith((".", "~")) or Path(name).exists():
         return
     close = difflib.get_close_matches(name, BUILTIN_MODELS, n=1, cutoff=0.75)
     close = close or [b for b in BUILTIN_MODELS if b.startswith(name.lower())]
     if close:
+        source = f" (from {MODEL_ENV})" if os.environ.get(MODEL_ENV) == name else ""
         raise ValueError(
-            f"model.name={name!r} is not a model we know: did you mean {close[0]}? Built-in models: "
+            f"model.name={name!r}{source} is not a model we know: did you mean {close[0]}? Built-in models: "
             f"{', '.join(BUILTIN_MODELS)}; otherwise a .gguf path, a local folder or a hub id (org/name)"
         )
 

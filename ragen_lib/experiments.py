@@ -41,7 +41,7 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from ragen_lib import config, runs
+from ragen_lib import config, models, runs
 from ragen_lib.envs import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,6 +325,8 @@ def run_grid(
         except (runs.CorruptRunError, OSError, ValueError) as e:
             print(f"not reused: {e}")
             failures.append((path, e))
+    for name in sorted({cfg.model.name for cfg, _ in todo}):
+        models.check(name)  # one clear error before any run starts, not one failed run per grid point
     bar = tqdm(
         total=len(todo),
         desc=f"{finding}: {len(set(paths)) - len(todo) - len(failures)} reused, {len(todo)} to run",
@@ -510,8 +512,6 @@ def model_size(name: str | None) -> tuple[int, int]:
     loaded; tiny-random is built, it is small). The critic is the backbone plus a scalar head."""
     import torch
 
-    from ragen_lib import models
-
     name = name or models.default_model()
     if name == models.TINY_RANDOM:
         model, _ = models.load(name, device="cpu")
@@ -615,11 +615,12 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     another (make replicate-all), so the need is every finding's leftovers plus the largest peak."""
     root = Path(root) if root else runs.output_root(profile)
     workers = len(worker_slots(load_profile(profile)["runs_per_device"]))
-    rows = []
+    rows, to_load = [], set()
     for name in names or findings():
         finding, pairs = variants(name, profile)
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
         todo = [c for p, c in unique.items() if not (p / runs.DONE).exists()]
+        to_load |= {c.model.name for c in todo}
         ckpt = max((checkpoint_bytes(c, device) for c in todo), default=0)
         judged = {runs.run_dir(root, finding, c) for c, labels in pairs if labels.get("judged")}
         cuda = any(c.model.device != "cpu" for c in todo) and (device or "cuda") != "cpu"
@@ -651,6 +652,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         "profile": profile,
         "root": str(root),
         "workers": workers,
+        "models": sorted(to_load),  # what the runs left to train will load (RAGEN_MODEL, if set)
         "findings": rows,
         "need_bytes": need,
         "free_bytes": shutil.disk_usage(disk).free,
@@ -680,7 +682,11 @@ def format_plan(p: dict) -> str:
         return "—" if m is None else f"{m:.0f}"
 
     head = f"{'finding':<26} " + " ".join(f"{c:>{w}}" for c, w in cols)
-    lines = [f"plan of profile {p['profile']} → {p['root']} ({p['workers']} worker(s) per grid)", head]
+    trains = f"; model {', '.join(p['models'])}{models.paper_note(p['models'])}" if p["models"] else ""
+    lines = [
+        f"plan of profile {p['profile']} → {p['root']} ({p['workers']} worker(s) per grid){trains}",
+        head,
+    ]
     for r in p["findings"]:
         lines.append(
             f"{r['finding']:<26} {r['runs']:>5} {r['judged']:>7} {r['pilot']:>6} {r['done']:>5} "

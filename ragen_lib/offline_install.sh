@@ -174,7 +174,9 @@ print(f"[install] done in {time.time() - t0:.0f} s. Environment:")
 if a.venv:
     print(f"  source {Path(a.venv).resolve()}/bin/activate")
 if gguf:
-    print(f"  export RAGEN_MODEL={gguf}   # optional: the embedded model is found without it")
+    # Not an export: the embedded model is found without RAGEN_MODEL, and a run records the name it
+    # trained, so a path here would name this host's runs by a file of this host.
+    print(f"  # the embedded model: {gguf} (found by name; RAGEN_MODEL not needed)")
 elif not model["wheel"]:
     print(f"  # {model['file']}: {joined / model['file'] if manifest['joined'] else 'in its group'}")
 print("Next: make gpu-check")

@@ -20,7 +20,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from ragen_lib import runs
+from ragen_lib import models, runs
 from ragen_lib.metrics import label
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,10 @@ def curves(
     fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     col_w = "cfg.train.warmup"
     warm = ", ".join(sorted(df[col_w].dropna().astype(str).unique())) if col_w in df else "none"
-    fig.suptitle(f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean); warm-up: {warm}", y=1.0)
+    fig.suptitle(
+        f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean); warm-up: {warm}{models_text(df)}",
+        y=1.0,
+    )
     _stamp(fig, df)
     fig.tight_layout()
     return fig
@@ -222,6 +225,14 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
     if "profile" in df:
         out["profile"] = df["profile"].iloc[0]
     return out
+
+
+def models_text(df: pd.DataFrame) -> str:
+    """A title's last line: the models the runs trained (their configs' model.name), and that they
+    are not the paper's where they are not; '' when the frame does not say."""
+    col = "cfg.model.name"
+    names = sorted(df[col].dropna().astype(str).unique()) if col in df else []
+    return f"\nmodel: {', '.join(names)}{models.paper_note(names)}" if names else ""
 
 
 def _stamp(fig, df: pd.DataFrame) -> None:

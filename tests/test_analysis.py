@@ -127,6 +127,26 @@ def test_clear_effect_in_five_of_five_seeds_is_reproduced():
     assert "a sign test can reach p < 0.05" in row.power
 
 
+def test_every_verdict_row_names_the_model_its_runs_trained_and_whether_it_is_the_papers():
+    df = runs_df({"a": 0.7, "b": 0.3}, **{"cfg.model.name": "smollm2-135m-instruct"})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert "temperature 1, model smollm2-135m-instruct (not the paper's Qwen2.5-0.5B-Instruct)" in str(row)
+    df["cfg.model.name"] = "Qwen/Qwen2.5-0.5B-Instruct"
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert (
+        str(row)
+        .split("design: ")[1]
+        .startswith(
+            "seeds [0, 1, 2, 3, 4], steps 30, validation states 128, temperature 1, model "
+            "Qwen/Qwen2.5-0.5B-Instruct;"
+        )
+    )
+    df.loc[df["arm"] == "b", "cfg.model.name"] = None  # a run stored before configs recorded it
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.models == ["Qwen/Qwen2.5-0.5B-Instruct", analysis.UNRECORDED_MODEL]
+    assert "(not the paper's Qwen2.5-0.5B-Instruct)" in str(row)
+
+
 def test_the_reverse_effect_is_not_reproduced():
     df = runs_df({"a": 0.3, "b": lambda seed, step: 0.7 + 0.01 * seed})
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
@@ -351,12 +371,22 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 | under-powered: 1 seed(s)" in report
     assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report
     assert "Smoke profile" in report and "Trained on: no finished runs. Report written on: cpu" in report
-    for i, device in enumerate(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "cpu"]):
+    trained = [("NVIDIA H100 80GB HBM3", "smollm2-135m-instruct"), ("NVIDIA H100 80GB HBM3", None)]
+    for i, (device, model) in enumerate([*trained, ("cpu", "smollm2-135m-instruct")]):
         done = tmp_path / "smoke" / "runs" / "09_x" / f"run{i}" / "DONE"
         done.parent.mkdir(parents=True)
         done.write_text(json.dumps({"steps": 3, "device": device}))
+        (done.parent / "config.yaml").write_text(json.dumps({"model": {"name": model}}))
     report = analysis.report("smoke").read_text()
-    assert "Trained on: NVIDIA H100 80GB HBM3 (2 runs), cpu (1 runs)." in report
+    assert (
+        "Trained on: NVIDIA H100 80GB HBM3 (2 runs), cpu (1 runs); models smollm2-135m-instruct (2 runs), "
+        "not recorded (RAGEN_MODEL or the embedded model) (1 runs) (not the paper's Qwen2.5-0.5B-Instruct)."
+    ) in report
+    for i in range(3):  # the paper's model everywhere: no note
+        (tmp_path / "smoke" / "runs" / "09_x" / f"run{i}" / "config.yaml").write_text(
+            json.dumps({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}})
+        )
+    assert "models Qwen/Qwen2.5-0.5B-Instruct (3 runs). Report" in analysis.report("smoke").read_text()
 
 
 def _executed(path, *, start, end=True, exception=None):

@@ -196,16 +196,34 @@ def test_yaml_errors_name_the_file_and_line_and_duplicates_are_refused(tmp_path)
         from_dict({}, ["train.steps=[1"])
 
 
-def test_finished_runs_keep_their_folder_names():
+def test_finished_runs_keep_their_folder_names(monkeypatch):
     """New fields at their neutral value stay out of the hash: run folders made before them are
     still found. The pins were recorded after the round that changed training on purpose (loss
-    mask, model.dtype, online-k, RAGEN's envs and prompt prefill, the env's own token cap): a field
-    added later either goes into HASH_NEUTRAL or updates these pins in the commit that changes what
-    a run does."""
-    assert Config().hash() == "051ca006a857"
+    mask, model.dtype, online-k, RAGEN's envs and prompt prefill, the env's own token cap), then
+    when a left-out model.name became the model it stands for (default configs only: the quick
+    profile named its model and keeps its folders): a field added later either goes into
+    HASH_NEUTRAL or updates these pins in the commit that changes what a run does."""
+    monkeypatch.delenv("RAGEN_MODEL", raising=False)
+    assert Config().hash() == "e62ceb6bff52"
     assert (
         from_dict({}, {"algo.name": "apo", "env.name": "frozenlake", "env.kwargs": {"size": 4}}).hash()
-        == "8e505a6fd963"
+        == "c3eccfefbf41"
     )
     assert from_dict({}, {"train.keep_final_weights": True}).hash() != Config().hash()
     assert from_dict({}, {"train.max_skipped_frac": 1.0}).hash() != Config().hash()
+
+
+def test_a_left_out_model_is_recorded_as_the_model_that_will_train(monkeypatch):
+    """RAGEN_MODEL picks the model where a config leaves it out; the config records it, so runs of
+    two models never share a folder (they did: both hashed a None) and config.yaml names it."""
+    monkeypatch.delenv("RAGEN_MODEL", raising=False)
+    embedded = from_dict({})
+    assert embedded.model.name == "smollm2-135m-instruct" == Config().model.name
+    assert embedded.hash() == from_dict({}, {"model.name": "smollm2-135m-instruct"}).hash()
+    monkeypatch.setenv("RAGEN_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
+    qwen = from_dict({})
+    assert qwen.model.name == "Qwen/Qwen2.5-0.5B-Instruct" and qwen.hash() != embedded.hash()
+    assert from_dict({}, {"model.name": "tiny-random"}).model.name == "tiny-random"  # a named model wins
+    monkeypatch.setenv("RAGEN_MODEL", "smollm2")
+    with pytest.raises(ValueError, match=r"model.name='smollm2' \(from RAGEN_MODEL\) is not a model we know"):
+        from_dict({})

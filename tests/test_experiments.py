@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lib import config, experiments, runs
+from ragen_lib import config, experiments, models, runs
 from ragen_lib.runs import Run
 
 CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"steps": 3}})
@@ -113,6 +113,29 @@ def test_run_grid_reuses_finished_runs_and_load_reads_them(tmp_path):
     assert {"run_id", "finding", "step", "rollout/success", "cfg.algo.clip_high"} <= set(df.columns)
     empty = runs.load(tmp_path, "nothing")
     assert empty.empty and {"run_id", "finding", "done", "step"} <= set(empty.columns)
+
+
+def test_run_grid_names_a_missing_model_once_before_any_run_and_reuses_finished_runs_without_it(tmp_path):
+    calls = []
+
+    def fake_train(cfg, run):
+        calls.append(cfg.train.seed)
+        for s in range(cfg.train.steps):
+            run.log(s, {"rollout/success": 1.0})
+        run.mark_done()
+
+    gone = str(tmp_path / "moved.gguf")
+    done, todo = [config.from_dict(c.to_dict(), {"model.name": gone}) for c in seeds(0, 1)]
+    Path(gone).write_bytes(b"")  # there while the first run trains
+    experiments.run_grid(tmp_path, "f", [done], fake_train, progress=False)
+    Path(gone).unlink()  # then moved: the finished run is still reused, the new one is refused
+    with pytest.raises(
+        models.ModelNotFound, match=f"model file {re.escape(gone)} does not exist: set model.name"
+    ):
+        experiments.run_grid(tmp_path, "f", [done, todo], fake_train, progress=False)
+    assert calls == [0] and not runs.run_dir(tmp_path, "f", todo).exists()
+    experiments.run_grid(tmp_path, "f", [done], fake_train, progress=False)
+    assert calls == [0]
 
 
 class Weights:
@@ -243,8 +266,20 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     assert experiments.checkpoint_bytes(quick, "cuda") == pytest.approx(
         4 * (4 * policy + 3 * critic), rel=0.01
     )
+    assert p["models"] == ["tiny-random"]
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 0
-    assert "03_uncertainty_filtering" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "03_uncertainty_filtering" in out
+    assert "per grid); model tiny-random (not the paper's Qwen2.5-0.5B-Instruct)\n" in out
+    # RAGEN_MODEL chooses the quick profile's model (smoke names tiny-random); one that is not there
+    # stops replicate-all's first step with the fix
+    gone = str(tmp_path / "gone.gguf")
+    monkeypatch.setenv("RAGEN_MODEL", gone)
+    assert {c.model.name for c, _ in experiments.variants("02_echo_trap", "quick")[1]} == {gone}
+    assert {c.model.name for c, _ in experiments.variants("02_echo_trap", "smoke")[1]} == {"tiny-random"}
+    assert main(["plan", "quick", "--root", str(tmp_path), "--finding", "02_echo_trap"]) == 2
+    assert f"error: model file {gone} does not exist: it comes from RAGEN_MODEL" in capsys.readouterr().err
+    monkeypatch.delenv("RAGEN_MODEL")
     monkeypatch.setattr(
         experiments.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1e12, 1e12, 1000)
     )
@@ -274,7 +309,7 @@ def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots()
     assert judged_apo == {("sokoban", "apo", 0), ("sokoban", "starpo-ppo", 0), ("sokoban", "starpo-grpo", 0)}
 
 
-def test_plan_estimates_minutes_from_the_measured_step(tmp_path):
+def test_plan_estimates_minutes_from_the_measured_step(tmp_path, monkeypatch):
     bench = tmp_path / "bench"
     bench.mkdir()
     assert experiments.measured_step(cuda=True, bench_dir=bench) is None
@@ -292,6 +327,11 @@ def test_plan_estimates_minutes_from_the_measured_step(tmp_path):
     assert experiments.estimate_seconds(cfg, None) is None
     # another model's seconds say nothing about this one's
     assert experiments.estimate_seconds(cfg, {**b, "model": "smollm2-135m-instruct"}) is None
+    # a config that leaves the model out (the paper profile) is estimated from the bench of the
+    # model it will load (it never was while its name stayed None)
+    monkeypatch.delenv("RAGEN_MODEL", raising=False)
+    left_out = config.from_dict({}, {"env.name": "bandit", "train.steps": 1})
+    assert experiments.estimate_seconds(left_out, {**b, "model": "smollm2-135m-instruct"}) is not None
     # the env's own budgets stand in for None (paper profile: Bandit 1 turn × 500 tokens)
     paper = config.from_dict({}, {"env.name": "bandit", "model.name": "tiny-random", "train.steps": 1})
     assert paper.rollout.max_turns is None and paper.rollout.max_new_tokens is None

@@ -112,6 +112,29 @@ def test_ragen_model_env_var_selects_the_default(monkeypatch):
     assert models.default_model() == models.EMBEDDED
 
 
+def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, monkeypatch):
+    gone = str(tmp_path / "model.gguf")
+    with pytest.raises(models.ModelNotFound, match="does not exist: set model.name to an existing"):
+        models.check(gone)
+    monkeypatch.setenv("RAGEN_MODEL", gone)
+    with pytest.raises(models.ModelNotFound, match="it comes from RAGEN_MODEL: point RAGEN_MODEL at"):
+        models.check(gone)
+    with pytest.raises(models.ModelNotFound, match="has no config.json"):
+        models.check(str(tmp_path))
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    models.check(gone)  # found: nothing is loaded or converted (these 4 bytes would not convert)
+    models.check(models.TINY_RANDOM)
+    models.check("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: only the download can tell
+
+
+def test_the_paper_model_is_known_by_its_hub_id_or_a_local_copy_of_it():
+    assert models.is_paper_model("Qwen/Qwen2.5-0.5B-Instruct")
+    assert models.is_paper_model("/models/qwen2.5-0.5b-instruct/")
+    assert not models.is_paper_model(models.EMBEDDED) and not models.is_paper_model(
+        "Qwen/Qwen2.5-1.5B-Instruct"
+    )
+
+
 @pytest.mark.slow
 def test_embedded_model_is_converted_once_and_loads_from_the_cache():
     gguf = models.embedded_gguf()

@@ -64,6 +64,17 @@ def test_curves_share_colours_across_panels_fix_rate_axes_and_draw_one_legend():
     assert entropy.yaxis.get_major_formatter().get_offset() == ""  # no offset notation
 
 
+def test_curves_name_the_model_the_runs_trained_and_whether_it_is_the_papers():
+    df = runs_df()
+    assert "model" not in plots.curves(df, ["rollout/success"], hue="variant")._suptitle.get_text()
+    df["cfg.model.name"] = "smollm2-135m-instruct"
+    title = plots.curves(df, ["rollout/success"], hue="variant")._suptitle.get_text()
+    assert title.endswith("\nmodel: smollm2-135m-instruct (not the paper's Qwen2.5-0.5B-Instruct)")
+    df["cfg.model.name"] = "Qwen/Qwen2.5-0.5B-Instruct"
+    title = plots.curves(df, ["rollout/success"], hue="variant")._suptitle.get_text()
+    assert title.endswith("\nmodel: Qwen/Qwen2.5-0.5B-Instruct")
+
+
 def test_bars_have_error_bars_over_seeds():
     df = runs_df()
     seeded = plots.per_seed(df, "rollout/success", ["variant"])

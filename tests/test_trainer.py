@@ -382,6 +382,19 @@ def test_sigkill_mid_run_resumes_without_loss_or_duplicates(tmp_path):
     assert comparable(killed) == comparable(ref)
 
 
+def test_cli_run_names_a_missing_model_file_before_making_the_run_folder(tmp_path, capsys):
+    from ragen_lib.__main__ import main
+
+    cfg_path, gone = tmp_path / "c.yaml", tmp_path / "weights" / "model.gguf"
+    config.save(tiny(**{"model.name": str(gone)}), cfg_path)
+    assert main(["run", str(cfg_path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"error: model file {gone} does not exist: set model.name") and "Traceback" not in err
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tmp_path):
     """A notebook and a CLI on one config: the second is refused at once (before its model loads)
