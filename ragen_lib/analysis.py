@@ -291,8 +291,7 @@ class Row:
 
 
 def design(row: Row) -> str:
-    names = ", ".join(row.models)
-    model = f", model {names}{models.paper_note(row.models)}" if row.models else ""
+    model = f", model {models.describe(row.models)}" if row.models else ""
     return (
         f"seeds {row.seeds or '—'}, steps {_fmt(row.steps)}, validation states {_fmt(row.val_size)}, "
         f"temperature {_fmt(row.temperature)}{model}"

@@ -507,12 +507,11 @@ def findings() -> list[str]:
 
 
 @functools.cache
-def model_size(name: str | None) -> tuple[int, int]:
+def model_size(name: str) -> tuple[int, int]:
     """(policy parameters, critic parameters) of a model, counted on the meta device (no weights are
     loaded; tiny-random is built, it is small). The critic is the backbone plus a scalar head."""
     import torch
 
-    name = name or models.default_model()
     if name == models.TINY_RANDOM:
         model, _ = models.load(name, device="cpu")
     else:
@@ -682,7 +681,7 @@ def format_plan(p: dict) -> str:
         return "—" if m is None else f"{m:.0f}"
 
     head = f"{'finding':<26} " + " ".join(f"{c:>{w}}" for c, w in cols)
-    trains = f"; model {', '.join(p['models'])}{models.paper_note(p['models'])}" if p["models"] else ""
+    trains = f"; model {models.describe(p['models'])}" if p["models"] else ""
     lines = [
         f"plan of profile {p['profile']} → {p['root']} ({p['workers']} worker(s) per grid){trains}",
         head,

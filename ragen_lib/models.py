@@ -72,6 +72,12 @@ def paper_note(names) -> str:
     return f" (not the paper's {Path(PAPER_MODEL).name})"
 
 
+def describe(names) -> str:
+    """The models `names`, comma-separated, with `paper_note`: how verdicts, titles and the plan name
+    the models of their runs."""
+    return f"{', '.join(names)}{paper_note(names)}"
+
+
 class ModelNotFound(FileNotFoundError):
     """A model name that names no model on this machine; the message says what to change."""
 

@@ -232,7 +232,7 @@ def models_text(df: pd.DataFrame) -> str:
     are not the paper's where they are not; '' when the frame does not say."""
     col = "cfg.model.name"
     names = sorted(df[col].dropna().astype(str).unique()) if col in df else []
-    return f"\nmodel: {', '.join(names)}{models.paper_note(names)}" if names else ""
+    return f"\nmodel: {models.describe(names)}" if names else ""
 
 
 def _stamp(fig, df: pd.DataFrame) -> None:
