@@ -14,6 +14,7 @@ from ragen_lib.rollout import Episode
 from tests.conftest import LineEnv
 
 RAGEN_PROMPTS = json.loads((Path(__file__).parent / "data" / "ragen_385bc30_prompts.json").read_text())
+RAGEN_PARSING = json.loads((Path(__file__).parent / "data" / "ragen_385bc30_parsing.json").read_text())
 
 
 def parse(text, env, per_turn=5, left=10, think=True):
@@ -28,6 +29,32 @@ def chatml(ep: Episode) -> str:
         f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
         f"<|im_start|>assistant\n{ep.prefill}"
     )
+
+
+# --- the parser against RAGEN's own ------------------------------------------------------------
+def test_the_parser_agrees_with_ragens_on_600_random_responses():
+    """tests/data/ragen_385bc30_parsing.json: seeded random responses (missing, repeated and
+    misplaced tags, special tokens, odd separators, valid and invalid actions in any case, think and
+    no-think, per-turn limits 1-5, 0-10 actions left) and what RAGEN's own parser, action lookup and
+    penalty rule made of them. Ours must agree on all four outputs of every case."""
+    cases = RAGEN_PARSING["cases"]
+    kinds = {(c["matched"], c["penalty"]) for c in cases}
+    assert kinds == {(False, True), (True, True), (True, False)}  # unmatched, penalised, valid all occur
+    envs = {name: make(name) for name in ("sokoban", "frozenlake", "bandit")}
+    for env in envs.values():
+        env.reset(seed=0)
+    disagree = []
+    for c in cases:
+        p = parse(c["text"], envs[c["env"]], c["max_actions_per_turn"], c["actions_left"], c["enable_think"])
+        ours = (
+            p.matched,
+            p.cleaned(c["enable_think"]) if p.matched else c["text"],  # RAGEN keeps an unmatched text
+            list(p.actions),
+            not p.format_valid,
+        )
+        if ours != (c["matched"], c["cleaned"], c["executed"], c["penalty"]):
+            disagree.append((c["text"], ours, c))
+    assert not disagree, f"{len(disagree)} of {len(cases)} differ from RAGEN; first: {disagree[0]}"
 
 
 # --- the prompt, character for character -----------------------------------------------------
