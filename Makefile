@@ -20,7 +20,7 @@ help:
 	@echo "make test-fast   the test suite without the tests marked slow"
 	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  plan (disk check), then every notebook with papermill into outputs/"
-	@echo "make replicate NB=01   one notebook;  make report: outputs/<profile>/REPORT.md;  make lab"
+	@echo "make replicate NB=01   one notebook (its plan first);  make report: outputs/<profile>/REPORT.md;  make lab"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
 	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
 	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
@@ -116,7 +116,7 @@ NB ?= 00
 replicate-all: $(STAMP)
 	$(BIN)/python -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
 	@failed=""; for nb in $(NOTEBOOKS); do n=$$(basename $$nb | cut -c1-2); \
-	   $(MAKE) --no-print-directory replicate NB=$$n PROFILE=$(PROFILE); rc=$$?; \
+	   $(MAKE) --no-print-directory replicate NB=$$n PROFILE=$(PROFILE) PLANNED=1; rc=$$?; \
 	   if [ $$rc -gt 128 ]; then exit $$rc; fi; \
 	   if [ $$rc -ne 0 ]; then failed="$$failed $$n"; fi; done; \
 	 $(MAKE) --no-print-directory report PROFILE=$(PROFILE) || exit 1; \
@@ -124,11 +124,18 @@ replicate-all: $(STAMP)
 
 # The executed copy goes where the notebook's runs and verdict go: $RAGEN_OUTPUTS/<profile>, else
 # outputs/<profile> (the report reads it there to tell a failed or unfinished notebook).
+# Alone, it first prints the finding's plan (a misspelt PROFILE, a missing model or a full disk
+# stop it there, in one line, before a kernel starts); replicate-all has planned already.
 replicate: $(STAMP)
 	@src=$$(ls notebooks/$(NB)_*.py 2>/dev/null); \
 	 if [ $$(echo $$src | wc -w) -ne 1 ]; then echo "make replicate: NB=$(NB) names no notebook; NB is one of: $$(ls notebooks/[0-9][0-9]_*.py | xargs -n1 basename | cut -c1-2 | tr '\n' ' ')" >&2; exit 2; fi; \
+	 name=$$(basename $$src .py); \
+	 if [ -z "$(PLANNED)" ]; then \
+	   if [ -f params/$$name.yaml ]; then $(BIN)/python -m ragen_lib plan $(PROFILE) --finding $$name $(PLAN_FLAGS) || exit $$?; \
+	   else $(BIN)/python -m ragen_lib plan $(PROFILE) --no-check >/dev/null || exit $$?; fi; \
+	 fi; \
 	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out; \
-	 name=$$(basename $$src .py); tmp=$$(mktemp -d); \
+	 tmp=$$(mktemp -d); \
 	 $(BIN)/jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
 	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \
 	 rc=$$?; rm -rf $$tmp; exit $$rc

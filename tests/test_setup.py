@@ -57,3 +57,30 @@ def test_training_path_imports_no_notebook_or_plotting_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"training path imported {out.strip()}"
+
+
+def _make(tmp_path, *args, **env):
+    """`make` in the repository with this interpreter's bin folder (no venv is built or touched)."""
+    import os
+    import subprocess
+    import sys
+
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+    tools = [f"BIN={Path(sys.executable).parent}", f"STAMP={stamp}"]
+    env = {**os.environ, "RAGEN_OUTPUTS": str(tmp_path / "out"), **env}
+    cmd = ["make", "--no-print-directory", "-C", str(ROOT), *args, *tools]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_replicate_stops_a_bad_notebook_profile_or_model_in_one_line_before_a_kernel_starts(tmp_path):
+    bad_nb = _make(tmp_path, "replicate", "NB=09", "PROFILE=smoke")
+    assert bad_nb.returncode == 2 and "NB=09 names no notebook; NB is one of: 00 01" in bad_nb.stderr
+    for nb in ("03", "00"):  # a finding, and the environments notebook (no grid)
+        typo = _make(tmp_path, "replicate", f"NB={nb}", "PROFILE=smok")
+        assert typo.returncode == 2, typo.stderr
+        assert "error: unknown profile 'smok'; valid profiles: smoke, quick, paper" in typo.stderr
+        assert "Traceback" not in typo.stderr and "Executing" not in typo.stdout + typo.stderr
+    missing = _make(tmp_path, "replicate", "NB=01", "PROFILE=quick", RAGEN_MODEL=str(tmp_path / "nope.gguf"))
+    assert missing.returncode == 2 and "nope.gguf does not exist" in missing.stderr
+    assert not (tmp_path / "out").exists()  # no output folder was made for the bad profile or model
