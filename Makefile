@@ -141,7 +141,7 @@ replicate: $(STAMP)
 	 rc=$$?; rm -rf $$tmp; exit $$rc
 
 report: $(STAMP)
-	$(BIN)/python -c "from ragen_lib import analysis; print(analysis.report('$(PROFILE)'))"
+	$(BIN)/python -m ragen_lib report $(PROFILE)
 
 lab: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/*.py && $(BIN)/jupyter lab notebooks

@@ -217,6 +217,17 @@ def _plot(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    """REPORT.md of a profile (`make report`, the last step of `make replicate-all`)."""
+    from ragen_lib import analysis
+
+    try:  # an unknown profile, or one that never ran here: the message says what to do
+        print(analysis.report(args.profile))
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    return 0
+
+
 def _plan(args) -> int:
     """What a profile trains and the disk it needs; refuses (status 3) when the output disk cannot
     hold it. `make replicate-all` runs it first."""
@@ -334,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument(
         "--no-check", action="store_true", help="print the plan, do not compare with free space"
     )
+    rep = sub.add_parser("report", help="outputs/<profile>/REPORT.md from the verdicts and runs there")
+    rep.add_argument("profile", help="smoke | quick | paper")
     repair = sub.add_parser(
         "repair", help="make run folders consistent again (moves files aside, never deletes)"
     )
@@ -353,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     commands = {
         "demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot, "plan": _plan,
-        "repair": _repair, "doctor": _doctor, "bundle": _bundle, "zeroshot": _zeroshot,
+        "report": _report, "repair": _repair, "doctor": _doctor, "bundle": _bundle, "zeroshot": _zeroshot,
     }  # fmt: skip
     try:
         return commands[args.command](args)

@@ -795,7 +795,13 @@ def report(profile: str) -> Path:
 
     from ragen_lib import experiments, metrics
 
+    experiments.load_profile(profile)  # a misspelt profile: ValueError naming the valid ones
     base = runs.output_root(profile)
+    if not base.is_dir():
+        raise FileNotFoundError(
+            f"nothing has run for profile {profile!r}: {base} does not exist. Run "
+            f"`make replicate-all PROFILE={profile}` first (or point RAGEN_OUTPUTS where it ran)"
+        )
     verdicts = [
         {**json.loads(p.read_text()), "written": p.stat().st_mtime}
         for p in sorted((base / "verdicts").glob("*.json"))

@@ -389,6 +389,16 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "models Qwen/Qwen2.5-0.5B-Instruct (3 runs). Report" in analysis.report("smoke").read_text()
 
 
+def test_report_names_a_misspelt_profile_and_a_profile_that_never_ran(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    with pytest.raises(ValueError, match="unknown profile 'smok'; valid profiles: smoke, quick, paper"):
+        analysis.report("smok")
+    never_ran = "nothing has run for profile 'paper'.*make replicate-all PROFILE=paper"
+    with pytest.raises(FileNotFoundError, match=never_ran):
+        analysis.report("paper")
+    assert not (tmp_path / "paper").exists() and not (tmp_path / "smok").exists()
+
+
 def _executed(path, *, start, end=True, exception=None):
     """An executed notebook as papermill leaves it: only the metadata the report reads."""
     stamp = pd.Timestamp(start, unit="s", tz="UTC").isoformat()

@@ -84,3 +84,5 @@ def test_replicate_stops_a_bad_notebook_profile_or_model_in_one_line_before_a_ke
     missing = _make(tmp_path, "replicate", "NB=01", "PROFILE=quick", RAGEN_MODEL=str(tmp_path / "nope.gguf"))
     assert missing.returncode == 2 and "nope.gguf does not exist" in missing.stderr
     assert not (tmp_path / "out").exists()  # no output folder was made for the bad profile or model
+    report = _make(tmp_path, "report", "PROFILE=smok")
+    assert report.returncode == 2 and report.stderr.startswith("error: unknown profile 'smok'")
