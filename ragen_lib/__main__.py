@@ -27,6 +27,7 @@ def _demo(args) -> int:
     from ragen_lib.config import RolloutConfig
     from ragen_lib.rollout import collect
 
+    _check_envs("--env", [args.env])
     model, tokenizer = models.load(args.model)
     cfg = RolloutConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     batch = collect(
@@ -135,6 +136,7 @@ def _zeroshot(args) -> int:
     from ragen_lib.metrics import distinct_n
     from ragen_lib.rollout import collect
 
+    _check_envs("--envs", args.envs)
     model, tok = models.load(args.model)
     for env in args.envs:
         states = seeds.val_seeds(env, args.n)
@@ -391,6 +393,17 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         runs.DiskFullError,
         trainer.TrainingDiverged,
     )
+
+
+def _check_envs(flag: str, names: list[str]) -> None:
+    """Unknown env names stop a command before its model loads, in one line with the valid ones."""
+    from ragen_lib import config
+
+    for name in names:
+        try:
+            config.EnvConfig(name=name)
+        except ValueError as e:
+            raise ConfigError(f"{flag}: {str(e).removeprefix('env.name: ')}") from None
 
 
 def _load_config(path, overrides):

@@ -395,6 +395,17 @@ def test_cli_run_names_a_missing_model_file_before_making_the_run_folder(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("argv", [["demo", "--env", "sokobn"], ["zeroshot", "--envs", "bandit", "sokobn"]])
+def test_cli_names_a_misspelt_env_before_the_model_loads(argv, capsys, monkeypatch):
+    from ragen_lib import models
+    from ragen_lib.__main__ import main
+
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded before the env check"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {argv[1]}: unknown env 'sokobn' (did you mean sokoban?); valid envs: ")
+
+
 @pytest.mark.slow
 def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tmp_path):
     """A notebook and a CLI on one config: the second is refused at once (before its model loads)
