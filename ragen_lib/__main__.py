@@ -28,6 +28,7 @@ def _demo(args) -> int:
     from ragen_lib.rollout import collect
 
     _check_envs("--env", [args.env])
+    _check_model(args.model)
     model, tokenizer = models.load(args.model)
     cfg = RolloutConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     batch = collect(
@@ -72,6 +73,7 @@ def _bench(args) -> int:
     from ragen_lib import bench
 
     only = tuple(x for x in (args.only or "").split(",") if x) or None
+    _check_model(args.model)  # before the report, which a bench of a missing model would overwrite
     try:
         bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
     except bench.SectionsFailed as e:  # the tracebacks are printed; the report holds the rest
@@ -137,6 +139,7 @@ def _zeroshot(args) -> int:
     from ragen_lib.rollout import collect
 
     _check_envs("--envs", args.envs)
+    _check_model(args.model)
     model, tok = models.load(args.model)
     for env in args.envs:
         states = seeds.val_seeds(env, args.n)
@@ -404,6 +407,19 @@ def _check_envs(flag: str, names: list[str]) -> None:
             config.EnvConfig(name=name)
         except ValueError as e:
             raise ConfigError(f"{flag}: {str(e).removeprefix('env.name: ')}") from None
+
+
+def _check_model(name: str | None) -> None:
+    """A --model (or RAGEN_MODEL) that misspells a built-in name or names a missing file stops a
+    command in one line, before any model loads or report is written. A hub id passes."""
+    from ragen_lib import config, models
+
+    name = name or models.default_model()
+    try:
+        config.check_model_name(name)
+    except ValueError as e:
+        raise ConfigError(f"--model: {str(e).replace('model.name=', '', 1)}") from None
+    models.check(name)
 
 
 def _load_config(path, overrides):

@@ -138,7 +138,7 @@ class ModelConfig:
             object.__setattr__(self, "name", default_model())
         _check_fields("model", self)
         _choice("model.dtype", self.dtype, MODEL_DTYPES)
-        _check_model_name(self.name)
+        check_model_name(self.name)
         if self.device is not None:
             import torch
 
@@ -728,7 +728,7 @@ def _in_range(key: str, value, spec: str) -> None:
 BUILTIN_MODELS = (EMBEDDED, TINY_RANDOM)
 
 
-def _check_model_name(name: str) -> None:
+def check_model_name(name: str) -> None:
     """A name close to a built-in model is a typo, said here rather than after a hub lookup. Paths
     and .gguf files are looked for before a run starts (`models.check`: a config may name a file
     of another machine, e.g. a finished run's, reused without loading), hub ids when they load."""

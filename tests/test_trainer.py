@@ -406,6 +406,26 @@ def test_cli_names_a_misspelt_env_before_the_model_loads(argv, capsys, monkeypat
     assert err.startswith(f"error: {argv[1]}: unknown env 'sokobn' (did you mean sokoban?); valid envs: ")
 
 
+def test_cli_names_a_misspelt_or_missing_model_before_loading_it_or_writing_a_report(
+    tmp_path, capsys, monkeypatch
+):
+    from ragen_lib import models
+    from ragen_lib.__main__ import main
+
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    out = tmp_path / "bench"
+    for argv in (["bench", "--quick", "--device", "cpu", "--out", str(out)], ["demo"], ["zeroshot"]):
+        assert main([*argv, "--model", "tiny-randon"]) == 2
+        assert capsys.readouterr().err.startswith(
+            "error: --model: 'tiny-randon' is not a model we know: did you mean"
+        )
+        monkeypatch.setenv("RAGEN_MODEL", str(tmp_path / "gone.gguf"))
+        assert main(argv) == 2
+        assert "gone.gguf does not exist: it comes from RAGEN_MODEL" in capsys.readouterr().err
+        monkeypatch.delenv("RAGEN_MODEL")
+    assert not out.exists()  # an earlier report there would have been overwritten by one of failures
+
+
 @pytest.mark.slow
 def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tmp_path):
     """A notebook and a CLI on one config: the second is refused at once (before its model loads)
