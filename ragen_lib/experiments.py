@@ -69,7 +69,7 @@ def load_profile(profile: str, path: Path | None = None) -> dict:
             f"profile {profile!r} has unknown key(s) {sorted(unknown)}; valid: {', '.join(valid)}"
         )
     return {
-        "seeds": list(prof.get("seeds", [0])),
+        "seeds": parse_seeds(prof.get("seeds", [0]), f"profile {profile!r}: seeds"),
         "overrides": dict(prof.get("overrides") or {}),
         "runs_per_device": int(prof.get("runs_per_device", 1)),
         "max_episodes_per_step": prof.get("max_episodes_per_step"),
@@ -90,6 +90,10 @@ def _check_judged(profile: str, judged):
             raise ValueError(
                 f"profile {profile!r}: judged entry {entry!r} needs `finding` and may have only "
                 f"{', '.join(sorted(valid))}"
+            )
+        if "seeds" in entry:
+            entry["seeds"] = parse_seeds(
+                entry["seeds"], f"profile {profile!r}: judged {entry['finding']} seeds"
             )
     return judged
 
@@ -186,19 +190,41 @@ def parse_overrides(overrides: dict | str | None) -> dict:
     return dict(overrides)
 
 
+def parse_seeds(seeds, source: str = "seeds") -> list[int] | None:
+    """Seed numbers from a list or its JSON (or YAML) text, which is what `papermill -p seeds
+    '[0, 1, 2]'` passes; None (or "") for the profile's. A bare number is refused: "3" could mean
+    seed 3 or three seeds. A repeated seed is refused: it is one run counted twice by a verdict."""
+    if seeds is None or seeds == "":
+        return None
+    given = seeds
+    if isinstance(seeds, str):
+        seeds = config.read_yaml(source, seeds)
+    ok = isinstance(seeds, (list, tuple)) and len(seeds) > 0
+    if not ok or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise ValueError(
+            f"{source} must be a list of seed numbers, e.g. [0, 1, 2] (papermill: -p seeds '[0, 1, 2]'); "
+            f"got {given!r}"
+        )
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"{source} {given!r} repeats a seed: the same run would count twice in a verdict")
+    return list(seeds)
+
+
 def variants(
     finding: str | Path, profile: str, *, seeds: list[int] | None = None, overrides: dict | str | None = None
 ) -> tuple[str, list[tuple[config.Config, dict]]]:
     """(finding name, [(Config, labels)]) for every grid point × seed of the profile.
 
     `overrides` (dotted keys, applied to every run) may be a mapping or its JSON text (what
-    `papermill -p overrides '{"train.steps": 50}'` passes). Overriding a key the grid varies, or
-    train.seed (use `seeds`), is an error: the variant would silently win."""
+    `papermill -p overrides '{"train.steps": 50}'` passes); `seeds` a list or its JSON text.
+    Overriding a key the grid varies, or train.seed (use `seeds`), is an error: the variant would
+    silently win."""
     path = grid_file(finding)
     spec = config.read_yaml(path) or {}
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: a grid file is a mapping with base, grid and extra")
     overrides = parse_overrides(overrides)
+    seeds = parse_seeds(seeds)
     unknown = set(spec) - {"base", "grid", "extra"}
     if unknown:
         raise ValueError(

@@ -234,6 +234,25 @@ def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_erro
         experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": ')
 
 
+def test_papermill_seeds_as_json_text_and_bad_seed_lists_are_errors(tmp_path):
+    """papermill -p passes '[0, 1]' as text; a bare number is ambiguous (seed 3, or three seeds?)
+    and a repeated seed would be one run counted twice, so both are refused with the fix."""
+    _, as_text = experiments.variants("03_uncertainty_filtering", "smoke", seeds="[0, 1]")
+    _, as_list = experiments.variants("03_uncertainty_filtering", "smoke", seeds=[0, 1])
+    assert [c for c, _ in as_text] == [c for c, _ in as_list] and {c.train.seed for c, _ in as_text} == {0, 1}
+    for bad in (3, "3", "0,1", "[]", [0, "1"], [True]):
+        with pytest.raises(
+            ValueError, match=r"seeds must be a list of seed numbers, e.g. \[0, 1, 2\] \(papermill"
+        ):
+            experiments.variants("03_uncertainty_filtering", "smoke", seeds=bad)
+    with pytest.raises(ValueError, match=r"seeds \[0, 1, 0\] repeats a seed: the same run would count twice"):
+        experiments.variants("03_uncertainty_filtering", "smoke", seeds=[0, 1, 0])
+    prof = tmp_path / "profiles.yaml"
+    prof.write_text("smoke:\n  seeds: 3\n")
+    with pytest.raises(ValueError, match=r"profile 'smoke': seeds must be a list of seed numbers"):
+        experiments.load_profile("smoke", prof)
+
+
 def test_grid_and_profile_yaml_errors_name_the_file_and_line(tmp_path):
     grid = tmp_path / "g.yaml"
     grid.write_text("base: {train.steps: 7}\nbase: {train.steps: 8}\n")
