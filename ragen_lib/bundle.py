@@ -1,7 +1,7 @@
 """`make offline-bundle DEST=...`: what a GPU host without internet needs beyond torch, in upload-sized
 groups, and one `install.sh` that installs it into the host's own Python.
 
-    python -m ragen_lib bundle DEST [--part-mb 60] [--python 3.10 3.11 3.12] [--skip NAME ...]
+    python -m ragen_lib bundle DEST [--part-mb 56] [--python 3.10 3.11 3.12] [--skip NAME ...]
 
 DEST/
   g01/ … gNN/     each at most PART_MB MiB: wheels, and pieces of any larger file (the embedded
@@ -68,7 +68,7 @@ group when groups are smaller than 4 MiB)."""
 def build(
     dest,
     *,
-    part_mb: float = 60.0,
+    part_mb: float = 56.0,
     pythons=None,
     skip=(),
     requirements: list[str] | None = None,
