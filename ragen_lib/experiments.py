@@ -192,19 +192,19 @@ def parse_overrides(overrides: dict | str | None) -> dict:
 
 def parse_seeds(seeds, source: str = "seeds") -> list[int] | None:
     """Seed numbers from a list or its JSON (or YAML) text, which is what `papermill -p seeds
-    '[0, 1, 2]'` passes; None (or "") for the profile's. A bare number is refused: "3" could mean
-    seed 3 or three seeds. A repeated seed is refused: it is one run counted twice by a verdict."""
-    if seeds is None or seeds == "":
+    '[0, 1, 2]'` passes; None (or "") for the profile's, where `source` is "seeds" (a notebook's
+    parameter). A bare number is refused: "3" could mean seed 3 or three seeds. A repeated seed is
+    refused: it is one run counted twice by a verdict."""
+    parameter = source == "seeds"
+    if parameter and (seeds is None or seeds == ""):
         return None
     given = seeds
     if isinstance(seeds, str):
         seeds = config.read_yaml(source, seeds)
     ok = isinstance(seeds, (list, tuple)) and len(seeds) > 0
     if not ok or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
-        raise ValueError(
-            f"{source} must be a list of seed numbers, e.g. [0, 1, 2] (papermill: -p seeds '[0, 1, 2]'); "
-            f"got {given!r}"
-        )
+        how = " (papermill: -p seeds '[0, 1, 2]')" if parameter else ""
+        raise ValueError(f"{source} must be a list of seed numbers, e.g. [0, 1, 2]{how}; got {given!r}")
     if len(set(seeds)) < len(seeds):
         raise ValueError(f"{source} {given!r} repeats a seed: the same run would count twice in a verdict")
     return list(seeds)

@@ -248,9 +248,12 @@ def test_papermill_seeds_as_json_text_and_bad_seed_lists_are_errors(tmp_path):
     with pytest.raises(ValueError, match=r"seeds \[0, 1, 0\] repeats a seed: the same run would count twice"):
         experiments.variants("03_uncertainty_filtering", "smoke", seeds=[0, 1, 0])
     prof = tmp_path / "profiles.yaml"
-    prof.write_text("smoke:\n  seeds: 3\n")
-    with pytest.raises(ValueError, match=r"profile 'smoke': seeds must be a list of seed numbers"):
-        experiments.load_profile("smoke", prof)
+    for bad in ("3", "", "[0, 0]"):
+        prof.write_text(f"smoke:\n  seeds: {bad}\n")
+        with pytest.raises(
+            ValueError, match=r"profile 'smoke': seeds (must be a list of seed numbers|.* repeats)"
+        ):
+            experiments.load_profile("smoke", prof)
 
 
 def test_grid_and_profile_yaml_errors_name_the_file_and_line(tmp_path):
