@@ -31,7 +31,10 @@ overrides = {}
 # peak for 5 steps, or format-valid below 0.5 for 5 steps; a run that never collapses is censored
 # at the horizon. One row per env, paired by seed: PPO's collapse step minus GRPO's (Bandit,
 # Sokoban: PPO later, MDE 10 / 5 steps) and, on FrozenLake, GRPO no earlier than PPO (margin 5
-# steps). Each row is INCONCLUSIVE when no run collapsed (censored) or with fewer than 3 seeds.
+# steps). Each row is INCONCLUSIVE when no run collapsed (censored) or with fewer than 3 seeds. A
+# run that outlasts the horizon collapses somewhere from the last 4 steps (too few to see) to never:
+# the CI takes it at its least and most favourable step, so it cannot decide a row by an assumed
+# collapse step, and a seed where neither arm collapsed leaves the row INCONCLUSIVE.
 # Late validation success PPO vs GRPO and the response-mask ablation are secondary rows.
 # Headline: REPRODUCED when the Bandit and Sokoban rows are (FrozenLake is secondary: the paper's
 # claim there is the reverse and weaker).

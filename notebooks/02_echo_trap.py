@@ -34,7 +34,8 @@ overrides = {}  # dotted config overrides applied to every run
 # third of the run (`analysis.drop_step`); its lead is collapse − drop (0 when it never dropped).
 # One row per run and indicator (in-group reward std, entropy): the lead is > 0 over seeds (MDE 2
 # steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with fewer than 3
-# seeds. Headline: the Bandit PPO rows (the paper's Echo Trap example).
+# seeds that did; a run that did not collapse has no lead and is left out, named in the row's reason.
+# Headline: the Bandit PPO rows (the paper's Echo Trap example).
 
 # %%
 from IPython.display import display

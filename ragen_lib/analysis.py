@@ -16,6 +16,11 @@ How a row is decided, in this order (the first that applies wins):
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
    success (floor) or of its expert success (ceiling), from `baselines.reference_success`.
 5. INCONCLUSIVE "censored" (collapse claims): no run of either arm collapsed inside the horizon.
+   Where only some did, all that is known of a censored run is that it collapses at its `least`
+   step (the first whose sustained drop the horizon would hide) or later, or never: step 7 takes
+   each end of the CI with the runs at their least and most favourable values (`censored_ci`), so
+   a censored run only widens the CI (to ±inf where "never" is the least favourable value) and no
+   decision rests on an assumed collapse step.
 6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
    0.5^n >= alpha; or, for success rates, a predicted 95% CI half-width from episode sampling alone
    (p = 0.5) wider than the MDE.
@@ -30,7 +35,7 @@ How a row is decided, in this order (the first that applies wins):
    test's p < alpha; NOT REPRODUCED when the CI's high end is below the MDE (below −margin for
    non-inferiority: the effect the study could see is excluded); INCONCLUSIVE otherwise, saying
    whether the CI spans 0 and the MDE or the sign test disagreed with a CI above 0 (its p, or arms
-   that ran different seeds and so have no pairs).
+   that ran different seeds and so have no pairs). A row with censored runs names them.
 """
 
 from __future__ import annotations
@@ -316,18 +321,23 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
 
 def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
     """One row per seed of `df` (one arm): seed, score, the late points it averaged (for the
-    bootstrap), episodes per point, whether the run was censored (collapse scores)."""
+    bootstrap), episodes per point, whether the run was censored (collapse scores: the score is
+    then the horizon, and `least` the earliest step it can still collapse at; else `least` = score)."""
     rows = []
     for seed, part in df.groupby("cfg.train.seed", sort=True):
         part = part.sort_values("step")
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
         horizon = int(part["step"].max()) + 1
-        points, censored = np.array([]), False
+        points, censored, least = np.array([]), False, float("nan")
         if claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
             step = collapse(v, fmt)
             censored = step is None
             score = float(horizon if censored else step)
+            # A stretch starting in the last COLLAPSE_PERSIST - 1 logged steps cannot have lasted long
+            # enough to be seen: a censored run collapses there or later (or never).
+            logged = part["step"].to_numpy()
+            least = float(logged[max(0, len(logged) - COLLAPSE_PERSIST + 1)]) if censored else score
             if claim.score == "lead":
                 ind = part.set_index("step")[claim.indicator] if claim.indicator in part else pd.Series([])
                 drop = drop_step(ind)
@@ -356,10 +366,11 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
                 "points": points,
                 "n": _n_eval(part, claim.metric),
                 "censored": censored,
+                "least": least,
                 "horizon": horizon,
             }
         )
-    return pd.DataFrame(rows, columns=["seed", "score", "points", "n", "censored", "horizon"])
+    return pd.DataFrame(rows, columns=["seed", "score", "points", "n", "censored", "least", "horizon"])
 
 
 def _is_rate(claim: Claim) -> bool:
@@ -572,12 +583,14 @@ def judge(
     sa = seed_scores(A, claim)
     if claim.score == "lead" and sa["censored"].all():
         return replace(row, reason=f"censored: no run collapsed within {int(sa['horizon'].max())} steps")
+    # A lead exists only where the run collapsed: censored seeds have none and are left out (named).
+    no_lead = sorted(int(x) for x in sa.loc[sa["censored"], "seed"]) if claim.score == "lead" else []
+    sa = sa.dropna(subset=["score"])
     sb = (
-        sa.assign(score=0.0, points=[np.array([])] * len(sa), censored=False)
+        sa.assign(score=0.0, points=[np.array([])] * len(sa), censored=False, least=0.0)
         if b is None
-        else seed_scores(B, claim)
+        else seed_scores(B, claim).dropna(subset=["score"])
     )
-    sa, sb = sa.dropna(subset=["score"]), sb.dropna(subset=["score"])
     if sa.empty or sb.empty:
         return replace(row, reason="no scores")
     shared = sorted(set(sa["seed"]) & set(sb["seed"]))
@@ -611,48 +624,98 @@ def judge(
             effect=float("nan"),
             reason=f"censored: no run of either arm collapsed within {int(sa['horizon'].max())} steps",
         )
+    note = ""
+    if no_lead:
+        note = f"; seeds {no_lead} did not collapse within {int(sa['horizon'].max())} steps: no lead there"
+    elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
+        note = "; " + _censored_note(sa, sb)
     short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
     if short:
-        return replace(row, reason=f"under-powered: {short}")
-    # The bootstrap cannot reach beyond the range of 3-5 seeds, so alone it calls a null effect
-    # about four times too often at 3 seeds; the seed-level t interval extrapolates. Keep the wider.
+        return replace(row, reason=f"under-powered: {short}{note}")
+    row.ci = (
+        censored_ci(sa, sb, claim, paired) if claim.score == "collapse" else effect_ci(sa, sb, claim, paired)
+    )
+    status, reason = _decision(row.ci, sa, sb, claim, paired)
+    return replace(row, status=status, reason=reason + note)
+
+
+def effect_ci(sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool) -> tuple[float, float]:
+    """95% CI of the effect: the bootstrap's, widened to the seeds' t interval where that is wider.
+    The bootstrap cannot reach beyond the range of 3-5 seeds, so alone it calls a null effect about
+    four times too often at 3 seeds; the seed-level t interval extrapolates."""
     (blo, bhi), (tlo, thi) = bootstrap_ci(sa, sb, claim, paired=paired), t_interval(sa, sb, claim, paired)
-    row.ci = (min(blo, tlo), max(bhi, thi))
-    lo, hi = row.ci
+    return min(blo, tlo), max(bhi, thi)
+
+
+def censored_ci(sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool) -> tuple[float, float]:
+    """`effect_ci` of collapse steps where some runs are censored: a censored run collapses at its
+    `least` step or later, or never. The low end is the CI's low end with every run at its least
+    favourable value, the high end its high end with every run at its most favourable, so no
+    assumed collapse step decides anything; an end that a censored run can push to "never" is ±inf
+    (with a ≥ b claimed, a censored b makes the low end −inf, a censored a the high end +inf)."""
+
+    def end(low: bool) -> float:
+        small_a = low == (claim.direction > 0)  # a at its least where the wanted end needs a small
+        never_a, never_b = (
+            sa["score"].where(~sa["censored"], math.inf),
+            sb["score"].where(~sb["censored"], math.inf),
+        )
+        xa, xb = (sa["least"], never_b) if small_a else (never_a, sb["least"])
+        if np.isinf(xa).any() or np.isinf(xb).any():
+            return -math.inf if low else math.inf
+        lo, hi = effect_ci(sa.assign(score=xa), sb.assign(score=xb), claim, paired)
+        return lo if low else hi
+
+    return end(True), end(False)
+
+
+def _censored_note(sa: pd.DataFrame, sb: pd.DataFrame) -> str:
+    """Which seeds of each arm did not collapse, and how the CI counts them."""
+    who = [
+        f"{arm} seeds {sorted(int(x) for x in s.loc[s['censored'], 'seed'])}"
+        for arm, s in (("a", sa), ("b", sb))
+        if s["censored"].any()
+    ]
+    horizon = int(pd.concat([sa["horizon"], sb["horizon"]]).max())
+    return (
+        f"censored: {', '.join(who)} did not collapse within {horizon} steps (shown at the horizon); "
+        "the CI counts each at its least and most favourable collapse step, from the last steps the "
+        "horizon hides to never"
+    )
+
+
+def _decision(ci: tuple[float, float], sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool):
+    """(status, reason) of a row from its CI and, for a sign-test claim, the seeds' signs."""
+    lo, hi = ci
     diffs = (sa["score"].to_numpy() - sb["score"].to_numpy()) * claim.direction if paired else np.array([])
     favour, untied = int((diffs > 0).sum()), int((diffs != 0).sum())
     p = sign_test(favour, untied) if paired else float("nan")
     if claim.kind == "noninferiority":
         if lo > -claim.margin:
-            return replace(row, status=REPRODUCED, reason=f"CI low {lo:+.3g} above −margin {-claim.margin:g}")
+            return REPRODUCED, f"CI low {lo:+.3g} above −margin {-claim.margin:g}"
         if hi < -claim.margin:
-            return replace(
-                row, status=NOT_REPRODUCED, reason=f"CI high {hi:+.3g} below −margin {-claim.margin:g}"
-            )
-        return replace(row, reason=f"CI [{lo:+.3g}, {hi:+.3g}] straddles the margin {-claim.margin:g}")
+            return NOT_REPRODUCED, f"CI high {hi:+.3g} below −margin {-claim.margin:g}"
+        return INCONCLUSIVE, f"CI [{lo:+.3g}, {hi:+.3g}] straddles the margin {-claim.margin:g}"
     sign_ok = claim.test != "sign" or p < claim.alpha
     if lo > 0 and sign_ok:
         extra = f", sign test p {p:.3g}" if paired else ""
-        return replace(row, status=REPRODUCED, reason=f"CI above 0{extra}")
+        return REPRODUCED, f"CI above 0{extra}"
     if hi < claim.mde:
-        return replace(
-            row,
-            status=NOT_REPRODUCED,
-            reason=f"CI high {hi:+.3g} below the MDE {claim.mde:g}: the claimed effect is excluded",
+        return (
+            NOT_REPRODUCED,
+            f"CI high {hi:+.3g} below the MDE {claim.mde:g}: the claimed effect is excluded",
         )
     if lo > 0:  # the CI alone would reproduce it; the claim's sign test did not agree
         if not paired:
-            return replace(
-                row,
-                reason=f"CI above 0, but the sign test needs both arms on the same seeds "
-                f"(a {sorted(sa['seed'].tolist())}, b {sorted(sb['seed'].tolist())})",
+            return INCONCLUSIVE, (
+                f"CI above 0, but the sign test needs both arms on the same seeds "
+                f"(a {sorted(sa['seed'].tolist())}, b {sorted(sb['seed'].tolist())})"
             )
-        return replace(
-            row,
-            reason=f"CI above 0, but sign test p {p:.3g} >= alpha {claim.alpha:g} "
-            f"({favour} of {untied} untied seeds favour a)",
+        return INCONCLUSIVE, (
+            f"CI above 0, but sign test p {p:.3g} >= alpha {claim.alpha:g} "
+            f"({favour} of {untied} untied seeds favour a)"
         )
-    return replace(row, reason=f"CI [{lo:+.3g}, {hi:+.3g}] covers both 0 and the MDE {claim.mde:g}")
+    return INCONCLUSIVE, f"CI [{lo:+.3g}, {hi:+.3g}] covers both 0 and the MDE {claim.mde:g}"
 
 
 def underpowered(claim: Claim, n_seeds: int, points: pd.DataFrame | None = None) -> str | None:

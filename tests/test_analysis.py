@@ -240,18 +240,74 @@ def test_collapse_order_in_every_seed_is_reproduced_by_the_sign_test():
 
 def test_a_ci_above_zero_without_the_sign_test_says_which_test_failed():
     claim = analysis.Claim("collapse", "a later", "rollout/success", mde=5, score="collapse", test="sign")
-    # b collapses at step 12 in seeds 0-3; seed 4 ties (neither collapses): 4 of 4 untied favour a,
-    # p = 1/16 = 0.0625; the bootstrap's CI of the mean (18, 18, 18, 18, 0) stays above 0
-    df = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 10 or seed == 4 else 0.0})
+    # b collapses at step 12 in every seed, a only in seed 4 (a tie at 12); a's other runs are
+    # censored at the horizon (30), so they collapse at step 26 or later: 4 of 4 untied seeds favour
+    # a, p = 1/16 = 0.0625, and the CI's low end, from (14, 14, 14, 14, 0), stays above 0
+    df = runs_df(
+        {
+            "a": lambda seed, step: 0.0 if seed == 4 and step >= 10 else 0.6,
+            "b": lambda seed, step: 0.6 if step < 10 else 0.0,
+        }
+    )
     row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE and row.ci[0] > 0, row
-    assert row.reason == "CI above 0, but sign test p 0.0625 >= alpha 0.05 (4 of 4 untied seeds favour a)"
+    assert row.reason == (
+        "CI above 0, but sign test p 0.0625 >= alpha 0.05 (4 of 4 untied seeds favour a); censored: "
+        "a seeds [0, 1, 2, 3] did not collapse within 30 steps (shown at the horizon); the CI counts each "
+        "at its least and most favourable collapse step, from the last steps the horizon hides to never"
+    )
     # the arms ran different seeds: no pairs, so no sign test can be computed
     collapses = runs_df({"b": lambda seed, step: 0.6 if step < 10 else 0.0}, seeds=(1, 2, 3, 4, 5))
     unpaired = pd.concat([runs_df({"a": 0.6}), collapses])
     row = analysis.judge(unpaired, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE and row.ci[0] > 0, row
     assert row.reason.startswith("CI above 0, but the sign test needs both arms on the same seeds")
+
+
+def test_a_run_that_outlasts_the_horizon_is_counted_at_its_least_and_most_favourable_collapse():
+    claim = analysis.Claim("collapse", "a collapses later", "rollout/success", mde=10, score="collapse")
+    # b collapses at step 24 in every seed (MA5 0.24 < 0.3 from there; collapse at s + 2 for a drop
+    # at s); a never within 30 steps in seeds 0-2, at 20 in seed 3 and at 24 in seed 4. A sustained
+    # drop starting at step 26 or later would not show in 30 steps, so a's censored runs collapse
+    # at 26 or later, or never: the effect is (>= 2, >= 2, >= 2, -4, 0), unbounded above.
+    a_drop = {3: 18, 4: 22}
+    mixed = runs_df(
+        {
+            "a": lambda seed, step: 0.6 if step < a_drop.get(seed, 99) else 0.0,
+            "b": lambda seed, step: 0.6 if step < 22 else 0.0,
+        }
+    )
+    row = analysis.judge(mixed, claim, {"arm": "a"}, {"arm": "b"})
+    # Scored at the horizon, (6, 6, 6, -4, 0) has a CI [-2.9, +8.5] below the MDE 10: that would be
+    # NOT REPRODUCED, excluding an effect nobody could see beyond the horizon.
+    assert row.status == analysis.INCONCLUSIVE and row.effect == pytest.approx(2.8), row
+    assert row.ci[0] < 0 and row.ci[1] == math.inf
+    assert row.reason.startswith("CI [")
+    assert "censored: a seeds [0, 1, 2] did not collapse within 30 steps (shown at the horizon)" in row.reason
+    # Where a outlasts b in every seed the censoring costs nothing: the effect is >= 2 in each.
+    late = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 22 else 0.0})
+    row = analysis.judge(late, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.REPRODUCED and row.effect == 6 and row.ci == (2.0, math.inf), row
+    assert row.reason.startswith("CI above 0, sign test p 0.0312; censored: a seeds [0, 1, 2, 3, 4] did not")
+    # the other way round (b outlasts a): the effect's low end is unbounded, its high end 24 - 26 < 0
+    rev = analysis.judge(late, claim, {"arm": "b"}, {"arm": "a"})
+    assert rev.status == analysis.NOT_REPRODUCED and rev.ci == (-math.inf, -2.0), rev
+    # a seed in which neither arm collapsed says nothing about their order: no decision either way,
+    # although scored at the horizon (18, 18, 18, 18, 0) the CI would sit above 0
+    tie = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 10 or seed == 4 else 0.0})
+    row = analysis.judge(tie, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.ci == (-math.inf, math.inf), row
+    assert row.reason.startswith(
+        "CI [-inf, +inf] covers both 0 and the MDE 10; censored: a seeds [0, 1, 2, 3, 4], b seeds [4]"
+    )
+    # non-inferiority (01's FrozenLake row: a no earlier than b, margin 5): a never collapsed
+    noninf = analysis.Claim(
+        "ni", "a no earlier", "rollout/success", mde=5, score="collapse", kind="noninferiority", margin=5
+    )
+    assert analysis.judge(late, noninf, {"arm": "a"}, {"arm": "b"}).status == analysis.REPRODUCED
+    # b (24) is at least 2 steps earlier than a (26 or later): within the margin, so undecided
+    flipped = analysis.judge(late, noninf, {"arm": "b"}, {"arm": "a"})
+    assert flipped.status == analysis.INCONCLUSIVE and flipped.ci == (-math.inf, -2.0), flipped
 
 
 def test_tie_at_ceiling_is_inconclusive():
@@ -460,6 +516,15 @@ def test_one_arm_claims_lead_and_slope_against_zero():
     flat["reward/group_std"] = 0.4
     row = analysis.judge(flat, lead, {"arm": "a"}, None)
     assert row.status == analysis.INCONCLUSIVE and row.reason == "censored: no run collapsed within 30 steps"
+    # seeds that did not collapse have no lead: left out and named, never scored as a lead of 0
+    some = runs_df({"a": lambda seed, step: 0.6 if step < 10 or seed >= 2 else 0.0})
+    some["reward/group_std"] = [0.4 if step < 6 else 0.1 for step in some["step"]]
+    row = analysis.judge(some, lead, {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE and row.seeds == [0, 1, 2, 3, 4]
+    assert row.reason == (
+        "under-powered: 2 seed(s) < 3: no seed-to-seed spread to judge against; "
+        "seeds [2, 3, 4] did not collapse within 30 steps: no lead there"
+    )
     slope = analysis.Claim("slope", "shortens", "val/success", mde=0.001, score="slope", direction=-1)
     falling = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
     row = analysis.judge(falling, slope, {"arm": "a"}, None)
