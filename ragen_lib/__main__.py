@@ -208,11 +208,11 @@ def _plot(args) -> int:
         )
         if args.hue != "run_id" and args.hue in part:
             run_id = f"{run_id} ({args.hue}={part[args.hue].iloc[0]})"
-        third = max(1, len(part) // 3)
-        for m in args.metrics + ["rollout/format_valid"]:
+        for m in plots.with_format_rates(args.metrics, part):
             v = part[["step", m]].dropna() if m in part else None
             if v is None or v.empty:
                 continue
+            third = max(1, len(v) // 3)  # of the points it logged: validation is every val_every steps
             print(
                 f"{run_id} {m}: step {int(v.step.iloc[0])} {v[m].iloc[0]:.3f} → step {int(v.step.iloc[-1])} "
                 f"{v[m].iloc[-1]:.3f}; mean of first/last third {v[m].iloc[:third].mean():.3f} / "

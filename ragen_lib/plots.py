@@ -100,6 +100,17 @@ def seeds_text(df: pd.DataFrame, hue: str) -> str:
     return f"{lo} seed{'s' if hi > 1 else ''} per line" if lo == hi else f"{lo}–{hi} seeds per line"
 
 
+def with_format_rates(metrics: list[str], df: pd.DataFrame) -> list[str]:
+    """The logged `metrics`, then the format-valid rates that go with them: training's always, and
+    each validation success's own (val/success[/env] → val/format_valid[/env], where logged). With
+    the small model a success curve may be format learning; its format-valid rate says which."""
+    shown = [m for m in metrics if m in df]
+    formats = ["rollout/format_valid"] + [
+        m.replace("val/success", "val/format_valid", 1) for m in shown if m.startswith("val/success")
+    ]
+    return shown + [f for f in formats if f not in shown and (f in df or f == "rollout/format_valid")]
+
+
 def curves(
     df: pd.DataFrame,
     metrics: list[str],
@@ -109,11 +120,10 @@ def curves(
     title: str = "",
     hue_order: list | None = None,
 ) -> plt.Figure:
-    """One row per metric (rollout/format_valid always added last), one column per `col` value;
-    one colour per `hue` value (the same in every panel), each seed thin, the seeds' mean bold."""
+    """One row per metric, one column per `col` value; one colour per `hue` value (the same in
+    every panel), each seed thin, the seeds' mean bold; the format-valid rates last (`with_format_rates`)."""
     theme()
-    fmt = "rollout/format_valid"
-    metrics = [m for m in metrics if m in df] + ([fmt] if fmt not in metrics else [])
+    metrics = with_format_rates(metrics, df)
     hue_order = hue_order or order(df[hue])
     colours = palette(hue_order)
     cols = order(df[col]) if col else [None]

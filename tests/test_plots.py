@@ -24,6 +24,7 @@ def runs_df():
                             "step": step,
                             "rollout/success": 0.9 + 0.001 * step,
                             "val/success": 0.5 if step % 3 == 0 else None,
+                            "val/format_valid": 0.75 if step % 3 == 0 else None,
                             "rollout/format_valid": 1.0,
                             "policy/entropy": 1000.0 + 0.001 * step,  # offset notation would kick in
                         }
@@ -59,6 +60,11 @@ def test_curves_share_colours_across_panels_fix_rate_axes_and_draw_one_legend():
     names = [t.get_text() for t in fig.legends[0].get_texts()]
     assert names[:3] == ["top 5%", "top 25%", "top 100%"] and "random play (chance)" in names
     assert "2 seeds per line" in fig._suptitle.get_text()
+    # every success curve has the format-valid rate measured with it below: training's, validation's
+    labels = [ax.get_ylabel() for ax in axes[::2]]  # one column
+    assert labels[-2:] == [plots.label("rollout/format_valid"), plots.label("val/format_valid")]
+    val_fmt = [ax for ax in axes if ax.get_ylabel() == plots.label("val/format_valid")]
+    assert len(val_fmt) == 2 and all(ax.get_ylim() == (-0.03, 1.03) for ax in val_fmt)
     entropy = [ax for ax in axes if ax.get_ylabel() == plots.label("policy/entropy")][0]
     fig.canvas.draw()
     assert entropy.yaxis.get_major_formatter().get_offset() == ""  # no offset notation

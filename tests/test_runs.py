@@ -661,12 +661,16 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     cfg = config.from_dict(CFG.to_dict(), {"train.steps": 6})
     run = Run(runs.run_dir(tmp_path, "adhoc", cfg), cfg)
     for s, succ in enumerate([0.2, 0.3, 0.4, 0.6, 0.7, 0.9]):
-        run.log(s, {"rollout/success": succ, "rollout/format_valid": 1.0})
+        val = {"val/success": [0.1, 0.5, 0.8][s // 2], "val/format_valid": 0.9} if s % 2 == 0 else {}
+        run.log(s, {"rollout/success": succ, "rollout/format_valid": 1.0, **val})
     run.mark_done({"commit": "abc1234", "device": "cpu"})
-    assert main(["plot", str(tmp_path), "--metrics", "rollout/success"]) == 0
+    assert main(["plot", str(tmp_path), "--metrics", "rollout/success", "val/success"]) == 0
     out = capsys.readouterr().out
     assert "trained at commit abc1234 on cpu" in out
     assert "rollout/success: step 0 0.200 → step 5 0.900; mean of first/last third 0.250 / 0.800" in out
+    # a third of the 3 points validation logged, not of the 6 steps (which averaged all 3 twice)
+    assert "val/success: step 0 0.100 → step 4 0.800; mean of first/last third 0.100 / 0.800" in out
+    assert "val/format_valid: step 0 0.900 → step 4 0.900" in out  # beside the success it qualifies
     assert (tmp_path / "adhoc.png").stat().st_size > 0
     (run.path / "DONE").write_text("garbage")  # crashed the command before
     with pytest.warns(RunStoreWarning):
