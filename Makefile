@@ -26,7 +26,7 @@ help:
 	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
 	@echo "make offline-bundle DEST=dir [PART_MB=56] [PYTHONS=\"3.10 3.11 3.12\"] [SKIP=\"pkg ...\"]"
 	@echo "                 wheels + the embedded model in parts + install.sh, for a GPU host without internet"
-	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (2-core CPU: about 20 min)"
+	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (2-core CPU: about 30 min)"
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
 
