@@ -90,7 +90,9 @@ METRICS: dict[str, Metric] = {
         "skipped policy steps", "optimizer steps skipped for a non-finite gradient, since the start"
     ),
     "critic/explained_var": Metric(
-        "explained variance", "1 − Var(R − V)/Var(R) of the critic on the loss mask (NaN without a critic)"
+        "explained variance",
+        "1 − Var(R − V)/Var(R) of the critic on the loss mask (NaN without a critic, or when the "
+        "returns are one number up to float32 rounding: every kept episode got the same reward)",
     ),
     "critic/skipped_steps": Metric(
         "skipped critic steps", "critic optimizer steps skipped for a non-finite gradient, since the start"
@@ -241,7 +243,12 @@ def explained_variance(
         return mean((x - mean(x, mask)) ** 2, mask)
 
     var_r = float(var(returns))
-    return 1.0 - float(var(returns - values)) / var_r if var_r > 0 else float("nan")
+    # Returns that are one number up to float32 rounding (every kept episode got the same reward;
+    # GAE re-adds the values it took off, about 1e-7 relative) have a variance near 1e-14 of their
+    # square: dividing by it logged -1e11. Below 1e-10 of the square (a spread under 1e-5 of their
+    # size) they count as constant.
+    scale = float(mean(returns**2, mask))
+    return 1.0 - float(var(returns - values)) / var_r if var_r > 1e-10 * scale else float("nan")
 
 
 def _finite_mean(values: list[float]) -> float:

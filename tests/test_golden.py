@@ -6,9 +6,10 @@ why in its message:
 
     .venv/bin/python -m tests.test_golden --regenerate
 
-Timings, throughput and memory are machine facts and are left out. Floats are compared to a relative
-1e-6 (float reductions may round differently on another CPU); everything else exactly. The metrics in
-ROUNDING_METRICS measure float rounding itself, so they are compared to an absolute tolerance.
+Timings, throughput and memory are machine facts and are left out. What the sampled tokens and the
+envs decide (rewards, successes, lengths, counts) is compared to a relative 1e-6, integers exactly;
+the metrics computed from the model's floats (MODEL_FLOATS) within MODEL_FLOAT_TOL, since their
+float32 rounding differs between CPUs and every update carries it into the next step.
 """
 
 from __future__ import annotations
@@ -79,19 +80,27 @@ def regenerate() -> None:
     GOLDEN.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
-ROUNDING_METRICS = {"rollout/logprob_gap": 1e-6}
-"""Metric -> absolute tolerance. The gap between the sampler's and the update's log-probs is float32
-rounding (about 3e-7 here) and changes with the CPU's thread count (OMP_NUM_THREADS=1 gives 2.8e-7
-where two threads give 3.0e-7); a decoding bug shows as 1e-3 or more."""
+MODEL_FLOATS = ("policy/", "loss/", "critic/", "rollout/logprob_gap")
+"""Metrics computed from the model's floats: log-probs, losses, KL, entropy, norms, clip fractions,
+the critic's explained variance and the sampler-update log-prob gap (float32 rounding itself)."""
+MODEL_FLOAT_TOL = {False: (1e-3, 1e-5), True: (0.2, 1e-4)}
+"""Warm case? -> (relative, absolute) tolerance of MODEL_FLOATS. Measured: this file replayed on an
+AMD EPYC (AVX2 kernels) against the machine that had recorded it: without a warm-up at most 4e-3
+relative (policy/kl_ref 1.9e-4; loss/policy, which cancels to about 1e-6, 4e-6 absolute; the gap
+4e-7 absolute); after the warm cases' 100 behaviour-cloning steps at lr 3e-3, up to 6e-2 (clip
+fractions, grad norm, the gap: 6e-5 absolute). Every other value agreed to the last digit. The
+thread count moves the gap too (OMP_NUM_THREADS=1: 2.8e-7 where two threads give 3.0e-7); a
+decoding bug shows as 1e-3 or more, and any change in what is sampled changes the exact values."""
 
 
-def _same(a, b, name: str = "") -> bool:
+def _same(a, b, name: str = "", warm: bool = False) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         if a is None or b is None:
             return a is b
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=ROUNDING_METRICS.get(name, 1e-9))
+        rel, abs_ = MODEL_FLOAT_TOL[warm] if name.startswith(MODEL_FLOATS) else (1e-6, 1e-9)
+        return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
     return a == b
 
 
@@ -103,7 +112,7 @@ def test_training_reproduces_the_golden_metrics(case):
     for got, want in zip(rows, golden):
         want = {RENAMED.get(k, k): v for k, v in want.items() if RENAMED.get(k, k) is not None}
         assert set(want) <= set(got), f"metrics missing: {sorted(set(want) - set(got))}"
-        bad = {k: (got[k], v) for k, v in want.items() if not _same(got[k], v, k)}
+        bad = {k: (got[k], v) for k, v in want.items() if not _same(got[k], v, k, warm=case[2])}
         assert not bad, f"step {want['step']}: (now, golden) differ for {bad}"
 
 

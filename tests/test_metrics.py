@@ -39,6 +39,13 @@ def test_explained_variance_by_hand():
     V = torch.tensor([[1.0, 2.0, 3.0, 5.0, -7.0]])
     assert M.explained_variance(V, R, mask) == pytest.approx(0.85)
     assert math.isnan(M.explained_variance(V, torch.ones_like(R), mask))  # constant returns: undefined
+    # constant up to float32 rounding, as GAE's returns are when every episode got the same reward
+    # (the golden StarPO-S runs logged -1.1e11 and -3.2e11): still constant
+    noisy = -0.7 * (1 + 1e-7 * torch.tensor([[1.0, -1.0, 0.5, -0.5, 0.0]]))
+    assert math.isnan(M.explained_variance(V, noisy, mask))
+    # a small spread that is real (1e-3 of the returns' size) is explained as usual
+    small = 100.0 + torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0]])
+    assert M.explained_variance(small, small, mask) == pytest.approx(1.0)
 
 
 def test_distinct_n_by_hand():
