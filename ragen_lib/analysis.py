@@ -15,7 +15,11 @@ How a row is decided, in this order (the first that applies wins):
    `filter`: the filter kept every episode).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
    success (floor) or of its expert success (ceiling), from `baselines.reference_success`.
-5. INCONCLUSIVE "censored" (collapse claims): no run of either arm collapsed inside the horizon.
+5. Collapse claims with an env: a censored run whose success never rose LEARN_MARGIN above the env's
+   random play (peak of the 5-step training average and of validation) never learned, so it had
+   nothing to lose and its holding says nothing about stability: its seed is left out of the
+   comparison and named; INCONCLUSIVE "never learned" when no seed is left.
+   INCONCLUSIVE "censored" (collapse claims): no run of either arm collapsed inside the horizon.
    Where only some did, all that is known of a censored run is that it collapses at its `least`
    step (the first whose sustained drop the horizon would hide) or later, or never: step 7 takes
    each end of the CI with the runs at their least and most favourable values (`censored_ci`), so
@@ -62,6 +66,10 @@ COLLAPSE_WINDOW, COLLAPSE_PERSIST, COLLAPSE_FRAC, FORMAT_FLOOR = 5, 5, 0.5, 0.5
 #: A mechanism acted when its clip fraction reached this much (clip claims).
 MIN_CLIP_FRAC = 0.01
 MIN_SEEDS = 3
+#: A censored run learned when its success peak (5-step training average, or validation) rose this
+#: far above the env's random play: the max of ~30 validations of 128 random-level states lies
+#: about 0.09 above it (2 standard errors at p = 0.5), so a run under this never left random play.
+LEARN_MARGIN = 0.1
 
 
 def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
@@ -322,16 +330,23 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
 def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
     """One row per seed of `df` (one arm): seed, score, the late points it averaged (for the
     bootstrap), episodes per point, whether the run was censored (collapse scores: the score is
-    then the horizon, and `least` the earliest step it can still collapse at; else `least` = score)."""
+    then the horizon, and `least` the earliest step it can still collapse at; else `least` = score),
+    and for collapse scores `peak`, the run's best success: the peak of its 5-step training average
+    or of its validation success, whichever is higher (NaN for other scores)."""
     rows = []
     for seed, part in df.groupby("cfg.train.seed", sort=True):
         part = part.sort_values("step")
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
         horizon = int(part["step"].max()) + 1
-        points, censored, least = np.array([]), False, float("nan")
+        points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
         if claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
             step = collapse(v, fmt)
+            val = part["val/success"].dropna() if "val/success" in part else pd.Series(dtype=float)
+            peak = max(
+                v.rolling(COLLAPSE_WINDOW, min_periods=1).mean().max() if len(v) else -math.inf,
+                val.max() if len(val) else -math.inf,
+            )
             censored = step is None
             score = float(horizon if censored else step)
             # A stretch starting in the last COLLAPSE_PERSIST - 1 logged steps cannot have lasted long
@@ -368,9 +383,11 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
                 "censored": censored,
                 "least": least,
                 "horizon": horizon,
+                "peak": float(peak) if peak > -math.inf else float("nan"),
             }
         )
-    return pd.DataFrame(rows, columns=["seed", "score", "points", "n", "censored", "least", "horizon"])
+    columns = ["seed", "score", "points", "n", "censored", "least", "horizon", "peak"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _is_rate(claim: Claim) -> bool:
@@ -593,6 +610,13 @@ def judge(
     )
     if sa.empty or sb.empty:
         return replace(row, reason="no scores")
+    fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
+    learned = ""
+    if claim.score == "collapse" and fc is not None:
+        sa, sb, learned = _drop_never_learned(sa, sb, fc[0], claim.env or "this task", one_arm=b is None)
+        if sa.empty or sb.empty:
+            return replace(row, reason=f"never learned: {learned}; no seed left to compare")
+        learned = "; " + learned
     shared = sorted(set(sa["seed"]) & set(sb["seed"]))
     paired = len(shared) >= 1 and len(shared) == len(sa) == len(sb)
     if paired:
@@ -602,7 +626,6 @@ def judge(
         )
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
-    fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
     if claim.score not in ("collapse", "lead") and b is not None and fc is not None:
         floor, ceiling = fc
         fc_name = claim.env or "this task"
@@ -619,16 +642,17 @@ def judge(
                 f"of the expert ({ceiling:.3g}) on {fc_name}",
             )
     if claim.score == "collapse" and sa["censored"].all() and sb["censored"].all():
+        horizon = int(sa["horizon"].max())
         return replace(
             row,
             effect=float("nan"),
-            reason=f"censored: no run of either arm collapsed within {int(sa['horizon'].max())} steps",
+            reason=f"censored: no run of either arm collapsed within {horizon} steps{learned}",
         )
-    note = ""
+    note = learned
     if no_lead:
         note = f"; seeds {no_lead} did not collapse within {int(sa['horizon'].max())} steps: no lead there"
     elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
-        note = "; " + _censored_note(sa, sb)
+        note += "; " + _censored_note(sa, sb)
     short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
     if short:
         return replace(row, reason=f"under-powered: {short}{note}")
@@ -667,6 +691,29 @@ def censored_ci(sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool) 
         return lo if low else hi
 
     return end(True), end(False)
+
+
+def _drop_never_learned(
+    sa: pd.DataFrame, sb: pd.DataFrame, floor: float, env: str, *, one_arm: bool
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Leave out the seeds where a censored run never rose LEARN_MARGIN above random play (`floor`):
+    it did not collapse because it had nothing to lose, so its seed says nothing about which arm is
+    steadier. Arms run on the same seeds lose the seed in both (the comparison stays paired)."""
+
+    def flat(s: pd.DataFrame) -> set:
+        return {int(x) for x in s.loc[s["censored"] & (s["peak"] < floor + LEARN_MARGIN), "seed"]}
+
+    fa, fb = flat(sa), set() if one_arm else flat(sb)
+    if not fa and not fb:
+        return sa, sb, ""
+    same = set(sa["seed"]) == set(sb["seed"])
+    drop_a, drop_b = (fa | fb, fa | fb) if same else (fa, fb)
+    who = ", ".join(f"{arm} seeds {sorted(f)}" for arm, f in (("a", fa), ("b", fb)) if f)
+    note = (
+        f"{who} never rose {LEARN_MARGIN:g} above random play ({floor:.3g}) on {env}: a run that never "
+        f"learned had nothing to lose, so seeds {sorted(drop_a | drop_b)} are left out"
+    )
+    return sa[~sa["seed"].isin(drop_a)], sb[~sb["seed"].isin(drop_b)], note
 
 
 def _censored_note(sa: pd.DataFrame, sb: pd.DataFrame) -> str:

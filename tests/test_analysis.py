@@ -310,6 +310,53 @@ def test_a_run_that_outlasts_the_horizon_is_counted_at_its_least_and_most_favour
     assert flipped.status == analysis.INCONCLUSIVE and flipped.ci == (-math.inf, -2.0), flipped
 
 
+def test_a_run_that_never_learned_did_not_outlast_anything():
+    """A censored run whose success never left random play had nothing to lose: on Bandit (random
+    play 0.5) a arm sitting at 0.55 "outlasted" b's collapse only because it never learned."""
+    claim = analysis.Claim(
+        "collapse", "a collapses later", "rollout/success", mde=5, score="collapse", env="bandit"
+    )
+    b_collapses = lambda seed, step: 0.9 if step < 10 else 0.0  # noqa: E731 (collapse at step 12)
+    flat = runs_df({"a": 0.55, "b": b_collapses})
+    row = analysis.judge(flat, claim, {"arm": "a"}, {"arm": "b"})
+    # Without the check this was REPRODUCED: effect 18 steps in every seed, CI [14, +inf].
+    assert row.status == analysis.INCONCLUSIVE, row
+    assert row.reason == (
+        "never learned: a seeds [0, 1, 2, 3, 4] never rose 0.1 above random play (0.5) on bandit: a run "
+        "that never learned had nothing to lose, so seeds [0, 1, 2, 3, 4] are left out; no seed left to "
+        "compare"
+    )
+    # One flat seed is left out of both arms and named; the four that learned still decide.
+    one = runs_df({"a": lambda seed, step: 0.55 if seed == 4 else 0.9, "b": b_collapses})
+    row = analysis.judge(one, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.REPRODUCED and row.ci == (14.0, math.inf), row
+    assert "; a seeds [4] never rose 0.1 above random play (0.5) on bandit" in row.reason
+    assert "so seeds [4] are left out; censored: a seeds [0, 1, 2, 3] did not collapse" in row.reason
+    # Two flat seeds leave three: too few for a sign test, and the row says why and which.
+    sign = analysis.Claim(
+        "c", "a later", "rollout/success", mde=5, score="collapse", env="bandit", test="sign"
+    )
+    two = runs_df({"a": lambda seed, step: 0.55 if seed >= 3 else 0.9, "b": b_collapses})
+    row = analysis.judge(two, sign, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "under-powered: a sign test over 3 seeds cannot reach p < 0.05 (min p 0.125); a seeds [3, 4] never"
+    ), row
+    # A run that learned is kept wherever it shows it: validation above random play by 0.2 while
+    # training success (temperature 1, format failures included) sat at 0.45.
+    val_only = one.assign(**{"val/success": np.where(one["arm"] == "a", 0.7, one["val/success"])})
+    val_only.loc[val_only["arm"] == "a", "rollout/success"] = 0.45
+    row = analysis.judge(val_only, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.REPRODUCED and "never rose" not in row.reason, row
+    scores = analysis.seed_scores(val_only[val_only["arm"] == "a"], claim)
+    assert scores["peak"].tolist() == pytest.approx([0.7] * 5)
+    # b collapsed from above random play: a collapsed run is never left out, whatever its peak
+    low_b = runs_df({"a": 0.9, "b": lambda seed, step: 0.55 if step < 10 else 0.0})
+    assert analysis.judge(low_b, claim, {"arm": "a"}, {"arm": "b"}).status == analysis.REPRODUCED
+    # without an env there is no random play to compare with: the check does not apply
+    no_env = analysis.Claim("collapse", "a later", "rollout/success", mde=5, score="collapse")
+    assert analysis.judge(flat, no_env, {"arm": "a"}, {"arm": "b"}).status == analysis.REPRODUCED
+
+
 def test_tie_at_ceiling_is_inconclusive():
     df = runs_df({"a": 1.0, "b": 0.98})
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
