@@ -349,6 +349,9 @@ def test_a_run_that_never_learned_did_not_outlast_anything():
     assert row.status == analysis.REPRODUCED and "never rose" not in row.reason, row
     scores = analysis.seed_scores(val_only[val_only["arm"] == "a"], claim)
     assert scores["peak"].tolist() == pytest.approx([0.7] * 5)
+    # one lucky step is not learning: the training peak is over full 5-step windows
+    lucky = runs_df({"a": lambda seed, step: 0.75 if step == 0 else 0.5}).assign(**{"val/success": 0.5})
+    assert analysis.seed_scores(lucky, claim)["peak"].tolist() == pytest.approx([0.55] * 5)
     # b collapsed from above random play: a collapsed run is never left out, whatever its peak
     low_b = runs_df({"a": 0.9, "b": lambda seed, step: 0.55 if step < 10 else 0.0})
     assert analysis.judge(low_b, claim, {"arm": "a"}, {"arm": "b"}).status == analysis.REPRODUCED
