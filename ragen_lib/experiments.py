@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from ragen_lib import config, models, runs
@@ -433,21 +433,29 @@ def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseEx
         len(slots), mp_context=ctx, initializer=_start_worker, initargs=(free, os.getpid())
     )
     futures = {pool.submit(_train_one, train_fn, cfg, str(path)): path for cfg, path in todo}
+    pending = set(futures)
     try:
-        for fut in as_completed(futures):
-            if fut.exception() is not None:
-                print(
-                    f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last checkpoint "
-                    "are kept: rerun to resume"
-                )
-                failures.append((futures[fut], fut.exception()))
-            bar.update()
+        while pending:
+            # Timed: the kernel may hand Ctrl-C or SIGTERM to one of the pool's helper threads, which
+            # only flags it for the main thread; an untimed wait would sit out the running runs.
+            done, pending = wait(pending, timeout=SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=list(futures).index):  # grid order when several finish at once
+                if fut.exception() is not None:
+                    print(
+                        f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last "
+                        "checkpoint are kept: rerun to resume"
+                    )
+                    failures.append((futures[fut], fut.exception()))
+                bar.update()
     except BaseException:  # Ctrl-C, SIGTERM (GridInterrupted), or anything else: stop everything now
         _stop_pool(pool, futures)
         raise
     pool.shutdown(wait=True)
     return failures
 
+
+SIGNAL_POLL_S = 0.5
+"""Longest a pending Ctrl-C or SIGTERM waits before the grid's main thread acts on it."""
 
 STOP_GRACE_S = 3.0
 """Seconds a stopped worker gets to exit after SIGTERM before SIGKILL."""
