@@ -614,12 +614,13 @@ def judge(
     if sa.empty or sb.empty:
         return replace(row, reason="no scores")
     fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
-    learned = ""
+    fc_name = claim.env or "this task"
+    never_learned = ""
     if claim.score == "collapse" and fc is not None:
-        sa, sb, learned = _drop_never_learned(sa, sb, fc[0], claim.env or "this task", one_arm=b is None)
+        sa, sb, never_learned = _drop_never_learned(sa, sb, fc[0], fc_name, one_arm=b is None)
         if sa.empty or sb.empty:
-            return replace(row, reason=f"never learned: {learned}; no seed left to compare")
-        learned = "; " + learned
+            return replace(row, reason=f"never learned: {never_learned}; no seed left to compare")
+        never_learned = "; " + never_learned
     shared = sorted(set(sa["seed"]) & set(sb["seed"]))
     paired = len(shared) >= 1 and len(shared) == len(sa) == len(sb)
     if paired:
@@ -631,7 +632,6 @@ def judge(
     row.effect = (row.a - row.b) * claim.direction
     if claim.score not in ("collapse", "lead") and b is not None and fc is not None:
         floor, ceiling = fc
-        fc_name = claim.env or "this task"
         if max(row.a, row.b) <= floor + claim.mde:
             return replace(
                 row,
@@ -649,9 +649,9 @@ def judge(
         return replace(
             row,
             effect=float("nan"),
-            reason=f"censored: no run of either arm collapsed within {horizon} steps{learned}",
+            reason=f"censored: no run of either arm collapsed within {horizon} steps{never_learned}",
         )
-    note = learned
+    note = never_learned
     if no_lead:
         note = f"; seeds {no_lead} did not collapse within {int(sa['horizon'].max())} steps: no lead there"
     elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
