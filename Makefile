@@ -24,7 +24,7 @@ help:
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
 	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
 	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
-	@echo "make offline-bundle DEST=dir [PART_MB=56] [PYTHONS=\"3.10 3.11 3.12\"] [SKIP=\"pkg ...\"]"
+	@echo "make offline-bundle DEST=dir [PART_MB=56] [PYTHONS=\"3.10 3.11 3.12\"] [SKIP=\"pkg ...\"] [EXTRAS=\"notebooks bench\"]"
 	@echo "                 wheels + the embedded model in parts + install.sh, for a GPU host without internet"
 	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (2-core CPU: about 30 min)"
 	@echo "make venv        only create .venv and install everything"
@@ -102,7 +102,8 @@ PART_MB ?= 56
 PYTHONS ?= 3.10 3.11 3.12
 offline-bundle: $(STAMP)
 	@test -n "$(DEST)" || { echo "make offline-bundle needs DEST=<folder>, e.g. DEST=.offline" >&2; exit 2; }
-	$(BIN)/python -m ragen_lib bundle $(DEST) --part-mb $(PART_MB) --python $(PYTHONS) $(if $(SKIP),--skip $(SKIP))
+	$(BIN)/python -m ragen_lib bundle $(DEST) --part-mb $(PART_MB) --python $(PYTHONS) $(if $(SKIP),--skip $(SKIP)) \
+	  $(if $(EXTRAS),--extras $(EXTRAS))
 
 # PROFILE=smoke|quick|paper; default quick with CUDA, smoke without. Finished runs are reused,
 # so an interrupted replicate-all picks up where it stopped. A notebook that fails does not stop

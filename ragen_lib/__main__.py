@@ -91,7 +91,13 @@ def _doctor(args) -> int:
 def _bundle(args) -> int:
     from ragen_lib import bundle
 
-    bundle.build(args.dest, part_mb=args.part_mb, pythons=args.python, skip=args.skip)
+    bundle.build(
+        args.dest,
+        part_mb=args.part_mb,
+        pythons=args.python,
+        skip=args.skip,
+        extras=args.extras if args.extras is not None else bundle.EXTRAS,
+    )
     return 0
 
 
@@ -338,6 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     bun.add_argument("--part-mb", type=float, default=56.0, help="largest upload group, MiB (default 56)")
     bun.add_argument("--python", nargs="*", default=None, help="target Pythons (default 3.10 3.11 3.12)")
     bun.add_argument("--skip", nargs="*", default=(), help="packages to leave out (the host has them)")
+    bun.add_argument(
+        "--extras",
+        nargs="*",
+        default=None,
+        help="the project's extras to bundle (default: all three, notebooks test bench; "
+        "'notebooks bench' leaves out the test tools)",
+    )
     plan = sub.add_parser(
         "plan", help="runs, steps and disk a profile needs; refuses when the disk is too small"
     )

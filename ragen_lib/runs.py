@@ -94,7 +94,9 @@ def read_done(path: Path) -> dict | None:
 
 
 def git_commit() -> str:
-    """Short commit of this checkout, or "unknown" (no git, not a repository)."""
+    """Short commit of this checkout; where there is no git or no repository (a copy of the tree
+    sent to a GPU host), `RAGEN_COMMIT` if the sender set it, else "unknown"."""
+    fallback = os.environ.get("RAGEN_COMMIT", "").strip() or "unknown"
     try:
         return (
             subprocess.run(
@@ -105,10 +107,10 @@ def git_commit() -> str:
                 check=True,
                 timeout=10,
             ).stdout.strip()
-            or "unknown"
+            or fallback
         )
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return fallback
 
 
 def run_dir(root, finding: str, cfg: Config) -> Path:

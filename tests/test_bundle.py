@@ -151,3 +151,9 @@ def test_the_manifest_pins_each_python_and_excludes_torch(built):
     assert on_disk == json.loads((dest / "g01" / "manifest.json").read_text())
     (pins,) = on_disk["pins"].values()
     assert pins == {"alpha": "1.0", "beta": "2.0", "needs-torch": "1.0"}
+
+
+def test_an_unknown_extra_is_refused_before_anything_is_downloaded(tmp_path):
+    with pytest.raises(ValueError, match="no extra \\['tests'\\].*notebooks test bench"):
+        bundle.build(tmp_path / "dest", pythons=["3.12"], extras=("notebooks", "tests"))
+    assert not (tmp_path / "dest").exists()

@@ -678,3 +678,14 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     assert "(DONE is inconsistent)" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no runs"):
         main(["plot", str(tmp_path), "--finding", "other"])
+
+
+def test_a_copy_without_git_is_named_by_ragen_commit(monkeypatch):
+    def no_git(*a, **k):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(runs.subprocess, "run", no_git)
+    monkeypatch.delenv("RAGEN_COMMIT", raising=False)
+    assert runs.git_commit() == "unknown"
+    monkeypatch.setenv("RAGEN_COMMIT", "abc1234")
+    assert runs.git_commit() == "abc1234"

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue 18's evidence on a borrowed GPU host, inside a fixed wall-clock budget, packed as one archive.
+#
+#   bash scripts/gpu_evidence.sh BUNDLE BUDGET_S OUTDIR
+#
+# BUNDLE: the folder holding the offline bundle's g01, g02, ... (`make offline-bundle`), or "-" to
+# use the venv in $VENV as it is. BUDGET_S: seconds this script may take in all (a lease is short
+# and stops without warning: every phase gets a deadline, and the archive is written on any exit).
+# OUTDIR: where evidence.tgz and the logs go.
+#
+# Phases: install (bundle → a venv that sees the host's torch) → `gpu-check` with the `quick`
+# replication running beside it (its runs resume from the run store on the next lease) → the
+# quick replication stopped with Ctrl-C so the GPU is the bench's alone → `bench` (the sections
+# in $BENCH_ONLY; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
+# Environment: VENV (default /tmp/ragen-venv: a bin/ of wrappers around the host's Python), PYTHON, PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
+# BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S (gpu-check's cap, 240).
+set -u
+bundle=$1 budget=$2 out=$3
+t0=$(date +%s)
+VENV=${VENV:-/tmp/ragen-venv} PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}
+BENCH_ONLY=${BENCH_ONLY:-load,generation,prefill,update,train,memory}
+CHECK_S=${CHECK_S:-240}
+ev=$out/evidence
+mkdir -p "$ev"
+py=$VENV/bin/python
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
+export RAGEN_COMMIT=${RAGEN_COMMIT:-unknown}
+
+elapsed() { echo $(($(date +%s) - t0)); }
+left() { echo $((budget - $(elapsed))); }
+say() { echo "[evidence $(elapsed) s] $*" | tee -a "$ev/phases.log"; }
+
+archive() {
+  say "archiving (left: $(left) s)"
+  tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' \
+    outputs/gpu-check outputs/bench "outputs/$PROFILE" -C "$out" evidence 2>>"$ev/phases.log"
+  ls -la "$out" | tee -a "$ev/phases.log"
+  for f in $(find outputs/gpu-check outputs/bench -maxdepth 1 -name '*.md' -newer "$ev/host.txt"); do
+    echo "== $f"
+    cat "$f"
+  done
+  tail -5 "$ev/phases.log"
+}
+trap archive EXIT
+
+say "start: budget $budget s, commit $RAGEN_COMMIT, profile $PROFILE, device $DEVICE"
+{ nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv; } \
+  >"$ev/nvidia-smi.txt" 2>&1
+nproc >"$ev/host.txt"; free -g >>"$ev/host.txt"; df -h . >>"$ev/host.txt"
+
+# 1. install into the host's own Python (the one with torch; on these images a venv itself, so a
+# --system-site-packages venv made from it would not see its torch), then a bin/ of wrappers so
+# the Makefile's $(VENV)/bin/{python,papermill,jupytext} are that Python's.
+if [ "$bundle" != "-" ]; then
+  hostpy=${PYTHON:-python3}
+  PYTHON=$hostpy timeout 150 bash "$bundle/g01/install.sh" >"$ev/install.log" 2>&1
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "allow-upgrades" "$ev/install.log"; then
+    say "install: a host package conflicts; again with --allow-upgrades"
+    PYTHON=$hostpy timeout 150 bash "$bundle/g01/install.sh" --allow-upgrades >>"$ev/install.log" 2>&1
+    rc=$?
+  fi
+  say "install: exit $rc"
+  tail -6 "$ev/install.log"
+  scripts=$("$hostpy" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+  mkdir -p "$VENV/bin"
+  printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$hostpy")" >"$VENV/bin/python"
+  for tool in papermill jupytext jupyter ruff; do
+    printf '#!/bin/sh\nexec %s "$@"\n' "$scripts/$tool" >"$VENV/bin/$tool"
+  done
+  chmod +x "$VENV"/bin/*
+  touch "$VENV/.installed-stamp" # make's venv target then counts it as installed
+  # install.sh fails at its last step if an optional import (trl) breaks: go on if the run path imports
+  "$py" -c "import ragen_lib, gguf, papermill, jupytext, torch; assert torch.cuda.is_available() or '$DEVICE' == 'cpu'" \
+    >>"$ev/install.log" 2>&1 || { say "install: the run path does not import (install.log)"; exit 1; }
+fi
+have_make=1
+command -v make >/dev/null || have_make=0
+
+# 2. gpu-check, with the quick replication beside it
+if [ $have_make = 1 ]; then
+  setsid make replicate-all PROFILE="$PROFILE" VENV="$VENV" >"$ev/replicate.log" 2>&1 &
+else
+  setsid "$py" -m ragen_lib plan "$PROFILE" >"$ev/replicate.log" 2>&1 &
+fi
+rep=$!
+say "replicate-all started (pid $rep, make: $have_make)"
+cap=$((CHECK_S < $(left) - 120 ? CHECK_S : $(left) - 120))
+timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
+say "gpu-check: exit $? (cap $cap s)"
+tail -15 "$ev/gpu-check.log"
+
+# 3. stop the replication: Ctrl-C to its whole process group, then whatever is left
+kill -INT -- -$rep 2>/dev/null
+for _ in $(seq 8); do kill -0 $rep 2>/dev/null || break; sleep 1; done
+kill -KILL -- -$rep 2>/dev/null
+pkill -KILL -f ipykernel_launcher 2>/dev/null
+sleep 2
+say "replicate-all stopped"
+tail -25 "$ev/replicate.log"
+
+# 4. bench, alone on the GPU
+cap=$(($(left) - 45))
+if [ $cap -gt 30 ]; then
+  timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" \
+    ${BENCH_QUICK:+--quick} >"$ev/bench.log" 2>&1
+  say "bench: exit $? (cap $cap s)"
+  grep "^\[bench\]" "$ev/bench.log" | tail -40
+else
+  say "bench: skipped, $cap s left"
+fi
+
+# 5. the report of what the replication finished
+timeout 20 "$py" -m ragen_lib report "$PROFILE" >"$ev/report.log" 2>&1
+say "report: exit $?"
