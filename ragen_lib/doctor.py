@@ -151,7 +151,7 @@ def run(device: str | None = None, out: str | Path = "outputs/gpu-check", model:
         except CheckFailed as e:
             c.error = str(e)
         except Exception as e:  # noqa: BLE001 (a crash is a failed check; the others still run)
-            c.error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}"
+            c.error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-12)}"
         c.seconds = round(time.perf_counter() - t0, 2)
         c.details["peak_memory_gb"] = round(_peak_gb(device), 3)
         checks.append(c)
@@ -383,13 +383,13 @@ def _continuous_decoding(work: dict, device: str) -> dict:
     dtype = models.compute_dtype(model)
     tol_mean, tol_max = generation.LOGPROB_TOLERANCE[dtype]
     gaps = {}
+    on = next(model.parameters()).device  # a rollout's batch is built on the host (as the trainer gets it)
     for kernel, batch in got.items():
+        ids, attn, loss_mask = (x.to(on) for x in (batch.input_ids, batch.attention_mask, batch.loss_mask))
         with torch.no_grad():
-            logp, _ = models.forward_logp(
-                model, batch.input_ids, batch.attention_mask, batch.loss_mask, with_entropy=False
-            )
-        gap = ((logp - batch.sample_logprobs) * batch.loss_mask).abs()
-        mean, most = float(gap.sum() / batch.loss_mask.sum()), float(gap.max())
+            logp, _ = models.forward_logp(model, ids, attn, loss_mask, with_entropy=False)
+        gap = ((logp - batch.sample_logprobs.to(on)) * loss_mask).abs()
+        mean, most = float(gap.sum() / loss_mask.sum()), float(gap.max())
         gaps[kernel] = [round(mean, 6), round(most, 6)]
         _require(
             mean <= tol_mean and most <= tol_max,

@@ -551,8 +551,11 @@ def model_size(name: str) -> tuple[int, int]:
     else:
         from transformers import AutoConfig, AutoModelForCausalLM
 
+        # Resolved outside the meta device: on a fresh machine resolving converts the GGUF, a real
+        # load, which transformers 5 refuses under a meta device (the first GPU lease's plan died so).
+        cfg = AutoConfig.from_pretrained(models.resolve(name))
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(models.resolve(name)))
+            model = AutoModelForCausalLM.from_config(cfg)
     policy = sum(p.numel() for p in model.parameters())  # tied weights counted once, as saved
     critic = sum(p.numel() for p in model.base_model.parameters()) + model.config.hidden_size + 1
     return policy, critic

@@ -94,9 +94,10 @@ def read_done(path: Path) -> dict | None:
 
 
 def git_commit() -> str:
-    """Short commit of this checkout; where there is no git or no repository (a copy of the tree
-    sent to a GPU host), `RAGEN_COMMIT` if the sender set it, else "unknown"."""
-    fallback = os.environ.get("RAGEN_COMMIT", "").strip() or "unknown"
+    """`RAGEN_COMMIT` where the caller sets it (a copy of the tree sent to a GPU host, whose .git
+    may be absent or stale), else the short commit of this checkout, else "unknown"."""
+    if os.environ.get("RAGEN_COMMIT", "").strip():
+        return os.environ["RAGEN_COMMIT"].strip()
     try:
         return (
             subprocess.run(
@@ -107,10 +108,10 @@ def git_commit() -> str:
                 check=True,
                 timeout=10,
             ).stdout.strip()
-            or fallback
+            or "unknown"
         )
     except (OSError, subprocess.SubprocessError):
-        return fallback
+        return "unknown"
 
 
 def run_dir(root, finding: str, cfg: Config) -> Path:

@@ -11,7 +11,7 @@
 # Phases: install (bundle → a venv that sees the host's torch) → `gpu-check` with the `quick`
 # replication running beside it (its runs resume from the run store on the next lease) → the
 # quick replication stopped with Ctrl-C so the GPU is the bench's alone → `bench` (the sections
-# in $BENCH_ONLY; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
+# in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
 # Environment: VENV (default /tmp/ragen-venv: a bin/ of wrappers around the host's Python), PYTHON, PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
 # BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S (gpu-check's cap, 240).
 set -u
@@ -90,7 +90,11 @@ timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2
 say "gpu-check: exit $? (cap $cap s)"
 tail -15 "$ev/gpu-check.log"
 
-# 3. stop the replication: Ctrl-C to its whole process group, then whatever is left
+# 3. stop the replication: Ctrl-C to its whole process group, then whatever is left. With
+# BENCH_ONLY=none it has the GPU to itself until 40 s before the budget ends.
+if [ "$BENCH_ONLY" = none ]; then
+  while [ "$(left)" -gt 40 ] && kill -0 $rep 2>/dev/null; do sleep 2; done
+fi
 kill -INT -- -$rep 2>/dev/null
 for _ in $(seq 8); do kill -0 $rep 2>/dev/null || break; sleep 1; done
 kill -KILL -- -$rep 2>/dev/null
@@ -101,7 +105,7 @@ tail -25 "$ev/replicate.log"
 
 # 4. bench, alone on the GPU
 cap=$(($(left) - 45))
-if [ $cap -gt 30 ]; then
+if [ $cap -gt 30 ] && [ "$BENCH_ONLY" != none ]; then
   timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" \
     ${BENCH_QUICK:+--quick} >"$ev/bench.log" 2>&1
   say "bench: exit $? (cap $cap s)"

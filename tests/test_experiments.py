@@ -268,6 +268,25 @@ def test_grid_and_profile_yaml_errors_name_the_file_and_line(tmp_path):
 
 
 # --- the plan: runs, steps and disk of a profile ---------------------------------------------------
+def test_model_size_resolves_the_model_off_the_meta_device(tmp_path, monkeypatch):
+    """On a fresh machine resolving converts the GGUF (a real load), which transformers 5 refuses
+    under a meta device: the first GPU lease's `plan` died so. The counting stays on meta."""
+    import torch
+
+    tiny, _ = models.load(models.TINY_RANDOM, device="cpu")
+    tiny.config.save_pretrained(tmp_path)
+    seen = []
+
+    def resolve(name, **kw):
+        seen.append(torch.empty(0).device.type)  # the default device the resolver runs under
+        return str(tmp_path)
+
+    monkeypatch.setattr(models, "resolve", resolve)
+    policy, _ = experiments.model_size("some-converted-model")
+    assert seen == ["cpu"]
+    assert policy == sum(p.numel() for p in tiny.parameters())
+
+
 def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monkeypatch, capsys):
     from ragen_lib.__main__ import main
 

@@ -680,12 +680,14 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
         main(["plot", str(tmp_path), "--finding", "other"])
 
 
-def test_a_copy_without_git_is_named_by_ragen_commit(monkeypatch):
+def test_ragen_commit_names_a_copy_whose_git_is_absent_or_stale(monkeypatch):
     def no_git(*a, **k):
         raise FileNotFoundError("git")
 
-    monkeypatch.setattr(runs.subprocess, "run", no_git)
     monkeypatch.delenv("RAGEN_COMMIT", raising=False)
-    assert runs.git_commit() == "unknown"
+    here = runs.git_commit()
     monkeypatch.setenv("RAGEN_COMMIT", "abc1234")
-    assert runs.git_commit() == "abc1234"
+    assert runs.git_commit() == "abc1234" != here  # a stale .git (a GPU host's copy) is overruled
+    monkeypatch.setattr(runs.subprocess, "run", no_git)
+    monkeypatch.delenv("RAGEN_COMMIT")
+    assert runs.git_commit() == "unknown"
