@@ -85,7 +85,8 @@ else
 fi
 rep=$!
 say "replicate-all started (pid $rep, make: $have_make)"
-cap=$((CHECK_S < $(left) - 120 ? CHECK_S : $(left) - 120))
+reserve=${RESERVE_S:-120} # kept for the bench and the archive
+cap=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
 timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
 say "gpu-check: exit $? (cap $cap s)"
 tail -15 "$ev/gpu-check.log"
