@@ -466,7 +466,10 @@ ROLLOUT_VARIANTS = {
 cache): which of them becomes the default is for a GPU run of this section to say."""
 
 
-def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
+def measure_train_step(name: str, device: str, size: dict):
+    """Yields the default setting's rows, then each of `ROLLOUT_VARIANTS`' as it finishes: at the
+    paper's scale on an H200 the four took over 350 s, more than a GPU lease had left, and a
+    section is otherwise saved only whole."""
     m = last_train_step(name, device, size)
     shape = (
         f"Sokoban, starpo-ppo, {size['groups']}×{size['group_size']}, ≤{size['max_turns']} turns × "
@@ -481,12 +484,15 @@ def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
         Row(f"train step: {k}", m[k], "tokens/s")
         for k in ("throughput/gen_tokens_per_s", "throughput/train_tokens_per_s")
     ]
+    yield rows
     # The same step with each other rollout setting; vs naive = the default's time / this one's.
     for label, rollout in ROLLOUT_VARIANTS.items():
         v = last_train_step(name, device, size, extra={"rollout": rollout})
         note = ", ".join(f"rollout.{key}={value}" for key, value in rollout.items()) + f"; {shape}"
-        for k in ("time/rollout", "time/step"):
-            rows.append(Row(f"train step [{label}]: {k}", v[k], "s", vs_naive=m[k] / v[k], note=note))
+        rows = [
+            Row(f"train step [{label}]: {k}", v[k], "s", vs_naive=m[k] / v[k], note=note)
+            for k in ("time/rollout", "time/step")
+        ]
         rows.append(
             Row(
                 f"train step [{label}]: throughput/gen_tokens_per_s",
@@ -496,7 +502,7 @@ def measure_train_step(name: str, device: str, size: dict) -> list[Row]:
                 note=note,
             )
         )
-    return rows
+        yield rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1189,20 +1195,28 @@ def run(
         if label not in only:
             return
         t0 = time.perf_counter()
+
+        def keep(got):
+            rows.extend(got)
+            for r in got:
+                print(
+                    f"[bench] {r.what}: {_fmt(r.value)} {r.unit}"
+                    + ("" if r.vs_naive is None else f" ({r.vs_naive:.2f}× naive)"),
+                    flush=True,
+                )
+
         try:
             got = fn()
+            if isinstance(got, types.GeneratorType):  # a long section, saved part by part
+                for part in got:
+                    keep(part)
+                    save(f"running: {label} partly done")
+            else:
+                keep(got)
         except Exception as e:  # one broken section must not cost the others' figures (a lease is short)
             traceback.print_exc()
             failed[label] = f"{type(e).__name__}: {e}"
             print(f"[bench] {label} FAILED: {failed[label]}", flush=True)
-            got = []
-        rows.extend(got)
-        for r in got:
-            print(
-                f"[bench] {r.what}: {_fmt(r.value)} {r.unit}"
-                + ("" if r.vs_naive is None else f" ({r.vs_naive:.2f}× naive)"),
-                flush=True,
-            )
         print(f"[bench]   ({label} took {time.perf_counter() - t0:.1f} s)", flush=True)
         done.append(label)
         left = [s for s in todo if s not in done]

@@ -363,3 +363,20 @@ def test_every_runs_per_device_k_trains_in_spawned_workers(monkeypatch):
     rows = bench.measure_runs_per_device(models.TINY_RANDOM, "cpu", size)
     assert calls == [experiments.worker_slots(1), experiments.worker_slots(2)]
     assert [r.what for r in rows] == [f"runs per device {k}: steps/s of all runs" for k in (1, 2)]
+
+
+def test_a_long_section_keeps_the_parts_it_finished(tmp_path, monkeypatch):
+    """The train section yields each rollout setting's rows as it finishes: a lease that ends, or a
+    setting that breaks, partway through it keeps the settings already measured, on disk."""
+
+    def train_step(name, device, size):
+        yield [bench.Row("train step: time/step", 1.5, "s")]
+        assert json.loads((tmp_path / "cpu.json").read_text())["rows"][0]["value"] == 1.5  # saved
+        raise RuntimeError("the second setting broke")
+
+    monkeypatch.setattr(bench, "measure_train_step", train_step)
+    with pytest.raises(bench.SectionsFailed, match="the second setting broke"):
+        bench.run(models.TINY_RANDOM, "cpu", tmp_path, quick=True, only=("train",))
+    report = json.loads((tmp_path / "cpu.json").read_text())
+    assert [r["what"] for r in report["rows"]] == ["train step: time/step"]
+    assert "train: RuntimeError" in report["header"]["failed"]
