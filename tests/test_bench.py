@@ -147,6 +147,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "train step [continuous batching, static cache, flex attention]: time/step",
         "update: padded",
         "update: sorted",
+        "update: ours (forward_logp",
         "TRL",
         "turns: prefill tokens, kept KV",
         "turns: decode row-steps, continuous vs turn batching",
