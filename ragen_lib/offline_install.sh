@@ -179,5 +179,6 @@ if gguf:
     print(f"  # the embedded model: {gguf} (found by name; RAGEN_MODEL not needed)")
 elif not model["wheel"]:
     print(f"  # {model['file']}: {joined / model['file'] if manifest['joined'] else 'in its group'}")
-print("Next: make gpu-check")
+# make's own recipe for .venv installs torch from an index: name this Python instead.
+print(f"Next, in the checkout: make gpu-check HOST_PYTHON={sys.executable}   (then bench, replicate-all: the same)")
 PYTHON

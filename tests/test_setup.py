@@ -86,3 +86,33 @@ def test_replicate_stops_a_bad_notebook_profile_or_model_in_one_line_before_a_ke
     assert not (tmp_path / "out").exists()  # no output folder was made for the bad profile or model
     report = _make(tmp_path, "report", "PROFILE=smok")
     assert report.returncode == 2 and report.stderr.startswith("error: unknown profile 'smok'")
+
+
+def test_host_python_runs_the_targets_with_that_python_and_never_builds_a_venv(tmp_path):
+    """On an offline GPU host after install.sh, `make gpu-check HOST_PYTHON=python3` must not run
+    the .venv recipe (it installs torch from an index): the first lease would have died there."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "no-venv"
+    cmd = [
+        "make",
+        "-n",
+        "--no-print-directory",
+        "-C",
+        str(ROOT),
+        f"HOST_PYTHON={sys.executable}",
+        f"VENV={venv}",
+    ]
+    for target, needle in (
+        ("gpu-check", f"{sys.executable} -m ragen_lib doctor"),
+        ("bench", f"{sys.executable} -m ragen_lib bench"),
+        ("replicate-all", f"{sys.executable} -m ragen_lib plan"),
+    ):
+        out = subprocess.run([*cmd, target], capture_output=True, text=True, timeout=60, check=True).stdout
+        assert needle in out, out
+        assert "pip install" not in out and "-m venv" not in out and str(venv) not in out, out
+    replicate = subprocess.run(
+        [*cmd, "replicate", "NB=01", "PLANNED=1"], capture_output=True, text=True, timeout=60
+    )
+    assert f"{Path(sys.executable).parent}/papermill" in replicate.stdout, replicate.stdout
