@@ -4,25 +4,26 @@
 #   bash scripts/gpu_evidence.sh BUNDLE BUDGET_S OUTDIR
 #
 # BUNDLE: the folder holding the offline bundle's g01, g02, ... (`make offline-bundle`), or "-" to
-# use the venv in $VENV as it is. BUDGET_S: seconds this script may take in all (a lease is short
+# use $PYTHON as it is. BUDGET_S: seconds this script may take in all (a lease is short
 # and stops without warning: every phase gets a deadline, and the archive is written on any exit).
 # OUTDIR: where evidence.tgz and the logs go.
 #
-# Phases: install (bundle → a venv that sees the host's torch) → `gpu-check` with the `quick`
-# replication running beside it (its runs resume from the run store on the next lease) → the
+# Phases: install (bundle → the host's own Python) → `gpu-check` with the `quick`
+# replication running beside it (its runs resume while this host lives; a new one starts bare) → the
 # quick replication stopped with Ctrl-C so the GPU is the bench's alone → `bench` (the sections
 # in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
-# Environment: VENV (default /tmp/ragen-venv: a bin/ of wrappers around the host's Python), PYTHON, PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
-# BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S (gpu-check's cap, 240).
+# Environment: PYTHON (the host's, default python3), PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
+# BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S (gpu-check's cap, 240),
+# RESERVE_S (what gpu-check leaves for the rest, 120).
 set -u
 bundle=$1 budget=$2 out=$3
 t0=$(date +%s)
-VENV=${VENV:-/tmp/ragen-venv} PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}
+PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}
 BENCH_ONLY=${BENCH_ONLY:-load,generation,prefill,update,train,memory}
 CHECK_S=${CHECK_S:-240}
 ev=$out/evidence
 mkdir -p "$ev"
-py=$VENV/bin/python
+py=$(command -v "${PYTHON:-python3}")
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 export RAGEN_COMMIT=${RAGEN_COMMIT:-unknown}
 
@@ -49,27 +50,18 @@ say "start: budget $budget s, commit $RAGEN_COMMIT, profile $PROFILE, device $DE
 nproc >"$ev/host.txt"; free -g >>"$ev/host.txt"; df -h . >>"$ev/host.txt"
 
 # 1. install into the host's own Python (the one with torch; on these images a venv itself, so a
-# --system-site-packages venv made from it would not see its torch), then a bin/ of wrappers so
-# the Makefile's $(VENV)/bin/{python,papermill,jupytext} are that Python's.
+# --system-site-packages venv made from it would not see its torch); make then runs with it
+# (HOST_PYTHON) and never builds .venv.
 if [ "$bundle" != "-" ]; then
-  hostpy=${PYTHON:-python3}
-  PYTHON=$hostpy timeout 150 bash "$bundle/g01/install.sh" >"$ev/install.log" 2>&1
+  PYTHON=$py timeout 150 bash "$bundle/g01/install.sh" >"$ev/install.log" 2>&1
   rc=$?
   if [ $rc -eq 1 ] && grep -q "allow-upgrades" "$ev/install.log"; then
     say "install: a host package conflicts; again with --allow-upgrades"
-    PYTHON=$hostpy timeout 150 bash "$bundle/g01/install.sh" --allow-upgrades >>"$ev/install.log" 2>&1
+    PYTHON=$py timeout 150 bash "$bundle/g01/install.sh" --allow-upgrades >>"$ev/install.log" 2>&1
     rc=$?
   fi
   say "install: exit $rc"
   tail -6 "$ev/install.log"
-  scripts=$("$hostpy" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
-  mkdir -p "$VENV/bin"
-  printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$hostpy")" >"$VENV/bin/python"
-  for tool in papermill jupytext jupyter ruff; do
-    printf '#!/bin/sh\nexec %s "$@"\n' "$scripts/$tool" >"$VENV/bin/$tool"
-  done
-  chmod +x "$VENV"/bin/*
-  touch "$VENV/.installed-stamp" # make's venv target then counts it as installed
   # install.sh fails at its last step if an optional import (trl) breaks: go on if the run path imports
   "$py" -c "import ragen_lib, gguf, papermill, jupytext, torch; assert torch.cuda.is_available() or '$DEVICE' == 'cpu'" \
     >>"$ev/install.log" 2>&1 || { say "install: the run path does not import (install.log)"; exit 1; }
@@ -79,7 +71,7 @@ command -v make >/dev/null || have_make=0
 
 # 2. gpu-check, with the quick replication beside it
 if [ $have_make = 1 ]; then
-  setsid make replicate-all PROFILE="$PROFILE" VENV="$VENV" >"$ev/replicate.log" 2>&1 &
+  setsid make replicate-all PROFILE="$PROFILE" HOST_PYTHON="$py" >"$ev/replicate.log" 2>&1 &
 else
   setsid "$py" -m ragen_lib plan "$PROFILE" >"$ev/replicate.log" 2>&1 &
 fi
