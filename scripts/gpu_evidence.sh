@@ -66,17 +66,16 @@ if [ "$bundle" != "-" ]; then
   "$py" -c "import ragen_lib, gguf, papermill, jupytext, torch; assert torch.cuda.is_available() or '$DEVICE' == 'cpu'" \
     >>"$ev/install.log" 2>&1 || { say "install: the run path does not import (install.log)"; exit 1; }
 fi
-have_make=1
-command -v make >/dev/null || have_make=0
 
-# 2. gpu-check, with the quick replication beside it
-if [ $have_make = 1 ]; then
+# 2. gpu-check, with the quick replication beside it (it needs make; gpu-check and bench do not)
+rep=
+if command -v make >/dev/null; then
   setsid make replicate-all PROFILE="$PROFILE" HOST_PYTHON="$py" >"$ev/replicate.log" 2>&1 &
+  rep=$!
+  say "replicate-all started (pid $rep)"
 else
-  setsid "$py" -m ragen_lib plan "$PROFILE" >"$ev/replicate.log" 2>&1 &
+  say "replicate-all: skipped, no make on this host"
 fi
-rep=$!
-say "replicate-all started (pid $rep, make: $have_make)"
 reserve=${RESERVE_S:-120} # kept for the bench and the archive
 cap=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
 timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
@@ -85,16 +84,18 @@ tail -15 "$ev/gpu-check.log"
 
 # 3. stop the replication: Ctrl-C to its whole process group, then whatever is left. With
 # BENCH_ONLY=none it has the GPU to itself until 40 s before the budget ends.
-if [ "$BENCH_ONLY" = none ]; then
-  while [ "$(left)" -gt 40 ] && kill -0 $rep 2>/dev/null; do sleep 2; done
+if [ -n "$rep" ]; then
+  if [ "$BENCH_ONLY" = none ]; then
+    while [ "$(left)" -gt 40 ] && kill -0 $rep 2>/dev/null; do sleep 2; done
+  fi
+  kill -INT -- -$rep 2>/dev/null
+  for _ in $(seq 8); do kill -0 $rep 2>/dev/null || break; sleep 1; done
+  kill -KILL -- -$rep 2>/dev/null
+  pkill -KILL -f ipykernel_launcher 2>/dev/null
+  sleep 2
+  say "replicate-all stopped"
+  tail -25 "$ev/replicate.log"
 fi
-kill -INT -- -$rep 2>/dev/null
-for _ in $(seq 8); do kill -0 $rep 2>/dev/null || break; sleep 1; done
-kill -KILL -- -$rep 2>/dev/null
-pkill -KILL -f ipykernel_launcher 2>/dev/null
-sleep 2
-say "replicate-all stopped"
-tail -25 "$ev/replicate.log"
 
 # 4. bench, alone on the GPU
 cap=$(($(left) - 45))
