@@ -91,13 +91,16 @@ def _doctor(args) -> int:
 def _bundle(args) -> int:
     from ragen_lib import bundle
 
-    bundle.build(
-        args.dest,
-        part_mb=args.part_mb,
-        pythons=args.python,
-        skip=args.skip,
-        extras=args.extras,
-    )
+    try:
+        bundle.build(
+            args.dest,
+            part_mb=args.part_mb,
+            pythons=args.python,
+            skip=args.skip,
+            extras=args.extras,
+        )
+    except ValueError as e:  # a bad --part-mb or --extras: the message names the fix
+        raise ConfigError(str(e)) from None
     return 0
 
 

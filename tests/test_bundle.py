@@ -157,3 +157,6 @@ def test_an_unknown_extra_is_refused_before_anything_is_downloaded(tmp_path):
     with pytest.raises(ValueError, match="no extra \\['tests'\\].*notebooks test bench"):
         bundle.build(tmp_path / "dest", pythons=["3.12"], extras=("notebooks", "tests"))
     assert not (tmp_path / "dest").exists()
+    from ragen_lib.__main__ import main
+
+    assert main(["bundle", str(tmp_path / "dest"), "--extras", "tests"]) == 2  # one line, no traceback
