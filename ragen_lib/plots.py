@@ -11,6 +11,7 @@ bar; no offset notation on any axis.
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -26,6 +27,10 @@ from ragen_lib.metrics import label
 ROOT = Path(__file__).resolve().parent.parent
 SEED = "cfg.train.seed"
 ENV = "cfg.env.name"
+NO_REFERENCES = "several envs: no chance / expert lines"
+WARMUP = "cfg.train.warmup"
+RUN_FACTS = ("cfg.model.name", WARMUP, "profile")
+"""Columns of a run that every figure's title or stamp reads; `per_seed` carries them over."""
 
 
 def theme() -> None:
@@ -70,17 +75,19 @@ def _env_of(metric: str, part: pd.DataFrame) -> str | None:
     return None
 
 
-def _references(ax, env: str | None) -> None:
+def _references(ax, env: str | None) -> bool:
+    """Draw `env`'s random-play and expert success; False where there is no one env to draw."""
     if env is None:
-        return
+        return False
     try:
         from ragen_lib import baselines
 
         ref = baselines.reference_success(env, n=64)
     except Exception:  # an env without a floor (unknown name): no lines, not a failed figure
-        return
+        return False
     ax.axhline(ref["random"], color="0.45", ls="--", lw=1, zorder=1)
     ax.axhline(ref["expert"], color="0.2", ls=":", lw=1.2, zorder=1)
+    return True
 
 
 def _plain(ax) -> None:
@@ -127,6 +134,7 @@ def curves(
     hue_order = hue_order or order(df[hue])
     colours = palette(hue_order)
     cols = order(df[col]) if col else [None]
+    drew_references = False  # the legend names the reference lines only where a panel has them
     fig, axes = plt.subplots(
         len(metrics), len(cols), figsize=(4.2 * len(cols), 2.6 * len(metrics)), squeeze=False, sharex=True
     )
@@ -149,7 +157,20 @@ def curves(
                 )
             if is_rate(m):
                 ax.set_ylim(-0.03, 1.03)
-                _references(ax, _env_of(m, part))
+                if _references(ax, _env_of(m, part)):
+                    drew_references = True
+                elif "success" in m and len(data) and ENV in data and data[ENV].nunique() > 1:
+                    # Each env has its own chance and expert level: one pair of lines would mislead.
+                    ax.text(
+                        0.99,
+                        0.97,
+                        NO_REFERENCES,
+                        transform=ax.transAxes,
+                        ha="right",
+                        va="top",
+                        fontsize=7,
+                        color="0.4",
+                    )
             _plain(ax)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
@@ -157,12 +178,11 @@ def curves(
             ax.set_xlabel("step" if i == len(metrics) - 1 else "")
     handles = [Line2D([], [], color=colours[h], lw=2.2) for h in hue_order]
     names = [str(h) for h in hue_order]
-    if any(is_rate(m) and "success" in m for m in metrics):
+    if drew_references:
         handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
         names += ["random play (chance)", "expert (best possible)"]
     fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
-    col_w = "cfg.train.warmup"
-    warm = ", ".join(sorted(df[col_w].dropna().astype(str).unique())) if col_w in df else "none"
+    warm = ", ".join(sorted(df[WARMUP].dropna().astype(str).unique())) if WARMUP in df else "none"
     fig.suptitle(
         f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean); warm-up: {warm}{models_text(df)}",
         y=1.0,
@@ -186,9 +206,11 @@ def bars(
     bar; a bar from one seed has no error bar, and the title says how many seeds there were).
     `metric`: the metric `y` summarises (fixes a rate axis to [0, 1] and names the axis)."""
     theme()
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
     x_order = order(df[x])
     hue_order = order(df[hue]) if hue else None
+    # Wide enough for every bar: a fixed 6.5 inches squeezed 03's 9 variants x 3 envs into a strip.
+    per_x = 0.45 * (1 + 0.5 * (len(hue_order) - 1)) if hue else 0.45
+    fig, ax = plt.subplots(figsize=(min(18.0, max(6.5, 2.5 + per_x * len(x_order))), 3.8))
     sns.barplot(
         data=df,
         x=x,
@@ -206,14 +228,21 @@ def bars(
     )
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
     seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
-    ax.set_title(f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% CI over seeds")
+    warm = ", ".join(sorted(df[WARMUP].dropna().astype(str).unique())) if WARMUP in df else ""
+    ax.set_title(
+        f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% CI over seeds"
+        + (f"; warm-up: {warm}" if warm else "")
+        + models_text(df)
+    )
     m = metric or y
     if is_rate(m):
         ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel or label(m))
     ax.set_xlabel(axis_name(x))
     _plain(ax)
-    if df[x].nunique() > 3:  # long variant names overlap otherwise
+    # Long variant names wrap onto lines of their own instead of pushing the bars into a strip.
+    ax.set_xticks(ax.get_xticks(), [textwrap.fill(t.get_text(), 16) for t in ax.get_xticklabels()])
+    if df[x].nunique() > 6:  # many names still overlap side by side
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     if hue:
         ax.legend(title=None, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -230,18 +259,23 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
     for key, part in df.dropna(subset=[metric]).groupby(keys, sort=True):
         v = part.sort_values("step")[metric]
         val = float(v.iloc[-max(1, round(len(v) / 3)) :].mean()) if score == "late" else float(np.median(v))
-        rows.append({**dict(zip(keys, key)), metric: val})
-    out = pd.DataFrame(rows, columns=[*keys, metric])
-    if "profile" in df:
-        out["profile"] = df["profile"].iloc[0]
-    return out
+        # A seed's bar may pool runs (envs pooled per seed): every value they hold is kept, joined.
+        facts = {
+            c: ", ".join(sorted(part[c].dropna().astype(str).unique())) or None
+            for c in RUN_FACTS
+            if c in part and c not in keys
+        }
+        rows.append({**dict(zip(keys, key)), metric: val, **facts})
+    facts = [c for c in RUN_FACTS if c in df and c not in keys]
+    return pd.DataFrame(rows, columns=[*keys, metric, *facts])
 
 
 def models_text(df: pd.DataFrame) -> str:
     """A title's last line: the models the runs trained (their configs' model.name), and that they
     are not the paper's where they are not; '' when the frame does not say."""
     col = "cfg.model.name"
-    names = sorted(df[col].dropna().astype(str).unique()) if col in df else []
+    # `per_seed` joins the models of the runs a bar pools with ", "
+    names = sorted({n for v in df[col].dropna().astype(str) for n in v.split(", ")}) if col in df else []
     return f"\nmodel: {models.describe(names)}" if names else ""
 
 

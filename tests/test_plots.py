@@ -70,6 +70,23 @@ def test_curves_share_colours_across_panels_fix_rate_axes_and_draw_one_legend():
     assert entropy.yaxis.get_major_formatter().get_offset() == ""  # no offset notation
 
 
+def test_a_success_panel_of_several_envs_says_it_has_no_reference_lines_and_the_legend_names_none():
+    """Bandit's chance is 0.5 and Sokoban's about 0.2: a panel mixing them gets neither line, says so,
+    and the legend does not list lines that are not drawn (02's echo-trap figure did)."""
+    df = runs_df()
+    fig = plots.curves(df, ["val/success"], hue="variant")  # both envs in one panel
+    val = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("val/success")][0]
+    assert not [line for line in val.lines if line.get_linestyle() in ("--", ":")]
+    assert plots.NO_REFERENCES in [t.get_text() for t in val.texts]
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "random play (chance)" not in names and "expert (best possible)" not in names
+    one = plots.curves(df[df["cfg.env.name"] == "bandit"], ["val/success"], hue="variant")
+    val = [ax for ax in one.axes if ax.get_ylabel() == plots.label("val/success")][0]
+    assert [line.get_ydata()[0] for line in val.lines if line.get_linestyle() == "--"] == [0.5]
+    assert "random play (chance)" in [t.get_text() for t in one.legends[0].get_texts()]
+    assert not val.texts
+
+
 def test_curves_name_the_model_the_runs_trained_and_whether_it_is_the_papers():
     df = runs_df()
     assert "model" not in plots.curves(df, ["rollout/success"], hue="variant")._suptitle.get_text()
@@ -89,6 +106,31 @@ def test_bars_have_error_bars_over_seeds():
     ax = fig.axes[0]
     assert len(ax.lines) >= 3  # one error bar per bar
     assert ax.get_ylim() == (0.0, 1.0) and "2 seed(s) per bar" in ax.get_title()
+    assert "model" not in ax.get_title() and "warm-up" not in ax.get_title()  # the frame does not say
+
+
+def test_bars_name_the_model_and_warm_up_and_make_room_for_many_long_variant_names():
+    """A bar chart of late success is a result like a curve: its title names the model (and that it
+    is not the paper's) and the warm-up, carried through `per_seed`; nine variants across three envs
+    get a wider figure and wrapped names instead of a strip of bars (03's late-success figure)."""
+    df = runs_df()
+    df["cfg.model.name"] = "smollm2-135m-instruct"
+    df.loc[df["cfg.env.name"] == "sokoban", "cfg.model.name"] = "Qwen/Qwen2.5-0.5B-Instruct"
+    df["cfg.train.warmup"] = "format"
+    seeded = plots.per_seed(df, "rollout/success", ["variant"])  # each bar pools both envs' runs
+    title = plots.bars(seeded, "variant", "rollout/success", title="t").axes[0].get_title()
+    assert "warm-up: format" in title
+    assert "\nmodel: Qwen/Qwen2.5-0.5B-Instruct, smollm2-135m-instruct (not the paper" in title
+    few = plots.bars(plots.per_seed(df, "rollout/success", ["variant", "cfg.env.name"]), "variant",
+                     "rollout/success", hue="cfg.env.name")  # fmt: skip
+    many = df.copy()
+    many["variant"] = many["variant"].map(lambda v: f"vanilla StarPO (RAGEN's reference) {v}")
+    many = pd.concat([many.assign(variant=many["variant"] + f" #{i}") for i in range(3)])
+    wide = plots.bars(plots.per_seed(many, "rollout/success", ["variant", "cfg.env.name"]), "variant",
+                      "rollout/success", hue="cfg.env.name")  # fmt: skip
+    assert wide.get_figwidth() > few.get_figwidth() >= 6.5
+    names = [t.get_text() for t in wide.axes[0].get_xticklabels()]
+    assert len(names) == 9 and all(max(len(line) for line in n.split("\n")) <= 16 for n in names)
     assert (
         plots.axis_name("cfg.env.name") == "env" and plots.axis_name("cfg.algo.filter_keep") == "filter keep"
     )
