@@ -49,6 +49,12 @@ METRICS: dict[str, Metric] = {
         "format-valid (train)", "fraction of the step's turns whose answer parsed with only valid actions"
     ),
     "rollout/truncated": Metric("truncated", "fraction of episodes cut by a turn, action or context budget"),
+    "rollout/answer_cut": Metric(
+        "answers cut by the token budget",
+        "fraction of the step's turns whose answer used every one of rollout.max_new_tokens without "
+        "closing: format-invalid for want of room, not of form (samples.jsonl's invalid_reasons says "
+        "which turns)",
+    ),
     "rollout/turns": Metric("turns", "mean turns per episode"),
     "rollout/logprob_gap": Metric(
         "sampler–trainer log-prob gap",
@@ -199,7 +205,7 @@ def step_metrics(
     """The step's metric dictionary (every key in `STEP_KEYS`).
 
     `episodes`: every rank's episodes of the step (rewards, success, truncated, num_turns,
-    gen_tokens, seeds, thinks, turn_format_valid); `group_std` (P,) the groups' raw-reward std and
+    gen_tokens, seeds, thinks, turn_format_valid, turn_cut); `group_std` (P,) the groups' raw-reward std and
     `keep` the kept groups' indices; `kept_reasoning` (B_all,) the kept episodes' consistency bonus;
     `update`: per optimizer step / micro-batch values of the update, averaged here (NaNs ignored);
     `measured`: the remaining metrics, already reduced (entropy, KL, times, …), by their names.
@@ -207,10 +213,12 @@ def step_metrics(
     thinks = [th for ep in episodes["thinks"] for th in ep]
     think_states = [episodes["seeds"][i] for i, ep in enumerate(episodes["thinks"]) for _ in ep]
     turn_valid = [f for ep in episodes["turn_format_valid"] for f in ep]
+    turn_cut = [c for ep in episodes["turn_cut"] for c in ep]
     m = {
         "rollout/success": float(episodes["success"].float().mean()),
         "rollout/format_valid": sum(turn_valid) / max(len(turn_valid), 1),
         "rollout/truncated": float(episodes["truncated"].float().mean()),
+        "rollout/answer_cut": sum(turn_cut) / max(len(turn_cut), 1),
         "rollout/turns": float(episodes["num_turns"].float().mean()),
         "rollout/kept": len(kept_reasoning),
         "reward/mean": float(episodes["rewards"].mean()),

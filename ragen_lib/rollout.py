@@ -53,10 +53,22 @@ class TurnRecord:
     env_reward: float  # summed over the actions executed this turn (RAGEN's `acc_reward`)
     penalty: float  # format term: RolloutConfig.format_reward if well-formed, else .format_penalty
     executed: list[str]
+    cut: bool = False  # the answer ran out of its token budget (max_new_tokens) before it closed
+    budget: int = 0  # that budget, for the reason below
 
     @property
     def reward(self) -> float:
         return self.env_reward + self.penalty
+
+    @property
+    def invalid_reason(self) -> str:
+        """Why the answer failed the format ('' when it did not). An answer cut by the token budget
+        says so first: with a small model that is the usual cause, and the fix is the budget."""
+        if self.parsed.format_valid:
+            return ""
+        return (
+            f"cut at the {self.budget}-token budget: {self.parsed.reason}" if self.cut else self.parsed.reason
+        )
 
     @property
     def consistency(self) -> float:
@@ -110,8 +122,9 @@ class Episode:
         chat = tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
         return chat + self.prefill
 
-    def step(self, continuation: str) -> str | None:
-        """Apply the model's continuation; returns the next user message, or None when done."""
+    def step(self, continuation: str, cut: bool = False) -> str | None:
+        """Apply the model's continuation; returns the next user message, or None when done.
+        `cut`: the continuation ran out of `max_new_tokens` before it closed (recorded, not judged)."""
         if self.done:
             raise RuntimeError("episode is over; start a new Episode")
         response = self.prefill + continuation
@@ -134,7 +147,9 @@ class Episode:
                 self.success = bool(terminated and info.get("success", False))
                 break
         penalty = self.cfg.format_reward if parsed.format_valid else self.cfg.format_penalty
-        self.turns.append(TurnRecord(response, parsed, env_reward, penalty, executed))
+        self.turns.append(
+            TurnRecord(response, parsed, env_reward, penalty, executed, cut, self.max_new_tokens)
+        )
         self.messages.append({"role": "assistant", "content": response})
         if not self.terminated and (len(self.turns) >= self.max_turns or self.actions_left <= 0):
             self.truncated = True
@@ -177,6 +192,8 @@ class RolloutBatch:
     thinks: list[list[str]] = field(default_factory=list)  # parsed <think> text per turn
     actions: list[list[list[str]]] = field(default_factory=list)  # actions executed, per turn
     reasoning_bonus: torch.Tensor | None = None  # (B,) consistency bonus, mean over the episode's turns
+    turn_invalid_reasons: list[list[str]] = field(default_factory=list)  # per turn; "" when valid
+    turn_cut: list[list[bool]] = field(default_factory=list)  # per turn: the answer hit max_new_tokens
     # (B, T) the sampler's log-prob of each generated token (temperature 1), 0 elsewhere
     sample_logprobs: torch.Tensor | None = None
 
@@ -197,7 +214,12 @@ class RolloutBatch:
             if m["role"] == "user":
                 lines += [f"--- user (turn {turn + 1}) ---", m["content"]]
             else:
-                ok = "valid" if self.turn_format_valid[b][turn] else "INVALID format"
+                why = self.turn_invalid_reasons[b][turn] if self.turn_invalid_reasons else ""
+                ok = (
+                    "valid"
+                    if self.turn_format_valid[b][turn]
+                    else f"INVALID format{': ' + why if why else ''}"
+                )
                 lines += [
                     f"--- model (turn {turn + 1}, reward {self.turn_rewards[b][turn]:+g}, {ok}) ---",
                     m["content"],
@@ -282,7 +304,10 @@ def collect(
         """Episode i's answer `gen`: step its env, extend its track; True when it plays on."""
         responses[i].append(tokenizer.decode(gen))
         tracks[i].extend(gen, generated=True, logp=logp)
-        if episodes[i].step(tokenizer.decode(gen, skip_special_tokens=True)) is None:
+        text = tokenizer.decode(gen, skip_special_tokens=True)
+        # Out of budget: every token used, no end of turn, and the answer not closed either.
+        cut = len(gen) >= max_new and gen[-1] != eos and not text.rstrip().endswith("</answer>")
+        if episodes[i].step(text, cut=cut) is None:
             return False
         suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
         tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
@@ -391,4 +416,6 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         actions=[[t.executed for t in e.turns] for e in episodes],
         reasoning_bonus=torch.tensor([np.mean([t.consistency for t in e.turns] or [0.0]) for e in episodes]),
         sample_logprobs=sample_logprobs,
+        turn_invalid_reasons=[[t.invalid_reason for t in e.turns] for e in episodes],
+        turn_cut=[[t.cut for t in e.turns] for e in episodes],
     )

@@ -228,7 +228,11 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             m.update(_validation(policy, tok, cfg, ranks))
         m["time/step"] = time.perf_counter() - t0
         rows.append({"step": step, **m})
-        bar.set_postfix(success=f"{m['rollout/success']:.2f}", fmt=f"{m['rollout/format_valid']:.2f}")
+        bar.set_postfix(
+            success=f"{m['rollout/success']:.2f}",
+            fmt=f"{m['rollout/format_valid']:.2f}",
+            cut=f"{m['rollout/answer_cut']:.2f}",  # answers out of tokens: a low fmt's usual cause
+        )
 
         # ---- store: metrics, samples, checkpoint ----
         if run is not None:
@@ -681,6 +685,7 @@ def _episode_stats(b: RolloutBatch) -> dict:
         "seeds": b.seeds,
         "thinks": b.thinks,
         "turn_format_valid": b.turn_format_valid,
+        "turn_cut": b.turn_cut,
     }
 
 
@@ -692,6 +697,7 @@ def _sample(b: RolloutBatch, i: int, cfg: Config) -> dict:
         "reward": float(b.rewards[i]),
         "success": bool(b.success[i]),
         "format_valid": b.turn_format_valid[i],
+        "invalid_reasons": b.turn_invalid_reasons[i],
         "thinks": b.thinks[i],
         "responses": b.responses[i],
         "transcript": b.transcript(i),

@@ -82,6 +82,7 @@ def test_step_metrics_refuses_to_leave_a_name_out():
         "seeds": [0, 0],
         "thinks": [["a b"], ["c", "d"]],
         "turn_format_valid": [[True], [False, True]],
+        "turn_cut": [[False], [True, False]],
     }
     with pytest.raises(KeyError, match="policy/entropy"):
         M.step_metrics(
@@ -92,3 +93,29 @@ def test_step_metrics_refuses_to_leave_a_name_out():
             kept_reasoning=torch.zeros(2),
             update={k: [] for k in M.UPDATE_KEYS},
         )
+
+
+def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
+    episodes = {
+        "rewards": torch.tensor([1.0, 0.0]),
+        "success": torch.tensor([True, False]),
+        "truncated": torch.tensor([False, True]),
+        "num_turns": torch.tensor([1, 3]),
+        "gen_tokens": torch.tensor([4.0, 6.0]),
+        "seeds": [0, 0],
+        "thinks": [["a b"], ["c", "d", "e"]],
+        "turn_format_valid": [[True], [False, False, True]],
+        "turn_cut": [[False], [True, True, False]],
+    }
+    computed = ("rollout/", "reward/", "response/", "reasoning/")  # from `episodes`, the rest measured
+    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k == "rollout/logprob_gap"}
+    m = M.step_metrics(
+        episodes,
+        tokenizer=lambda t: {"input_ids": t.split()},
+        group_std=torch.tensor([0.5]),
+        keep=torch.tensor([0]),
+        kept_reasoning=torch.zeros(2),
+        update={k: [] for k in M.UPDATE_KEYS},
+        **measured,
+    )
+    assert m["rollout/answer_cut"] == 0.5 and m["rollout/format_valid"] == 0.5

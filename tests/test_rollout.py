@@ -151,3 +151,28 @@ def test_zeroshot_cli_reports_the_rates_and_the_reasoning_numbers(capsys):
         assert r["n"] == 3 and r["max_new_tokens"] == 6 and 0 <= r["format_valid"] <= 1
         assert r["hit_token_cap"] <= 3 and 0 < r["mean_tokens"] <= 6
         assert r["reasoning_length"] >= 0 and 0 <= r["distinct2"] <= 1
+
+
+def test_an_answer_cut_by_the_token_budget_says_so_in_the_batch_and_the_transcript(tiny):
+    """The tiny random model never closes its answer in 6 tokens: every turn is cut, and its reason
+    names the budget first (with the 135M model, most invalid answers are this, and the fix is
+    rollout.max_new_tokens, not the form)."""
+    model, tok = tiny
+    cfg = RolloutConfig(max_new_tokens=6, max_turns=2)
+    batch = collect(model, tok, "sokoban", seeds=[3], group_size=2, cfg=cfg, sample_seed=0)
+    assert batch.turn_cut == [[True, True], [True, True]]
+    reasons = [r for ep in batch.turn_invalid_reasons for r in ep]
+    assert all(r.startswith("cut at the 6-token budget: no <think>") for r in reasons), reasons
+    assert "INVALID format: cut at the 6-token budget: no <think>" in batch.transcript(0)
+
+
+def test_an_invalid_answer_that_closed_in_time_gives_the_parsers_reason_and_a_valid_one_none():
+    ep = Episode(make("sokoban"), seed=3, cfg=RolloutConfig(max_turns=3))
+    ep.step("push it</think><answer>Jump</answer>")
+    ep.step("so</think><answer>Up</answer>")
+    assert [t.cut for t in ep.turns] == [False, False]
+    assert [t.invalid_reason for t in ep.turns] == ["invalid action(s) 'Jump'", ""]
+    ep.step("I will think about this for a very long", cut=True)
+    assert ep.turns[-1].invalid_reason == (
+        f"cut at the {ep.max_new_tokens}-token budget: no <think>…</think><answer>…</answer> found"
+    )
