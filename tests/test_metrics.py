@@ -72,30 +72,8 @@ def test_consistency_bonus_by_hand():
     assert consistency_bonus("search for a red shoe", ["search:red shoe"]) == pytest.approx(0.2)
 
 
-def test_step_metrics_refuses_to_leave_a_name_out():
-    episodes = {
-        "rewards": torch.tensor([1.0, 0.0]),
-        "success": torch.tensor([True, False]),
-        "truncated": torch.tensor([False, True]),
-        "num_turns": torch.tensor([1, 2]),
-        "gen_tokens": torch.tensor([4.0, 6.0]),
-        "seeds": [0, 0],
-        "thinks": [["a b"], ["c", "d"]],
-        "turn_format_valid": [[True], [False, True]],
-        "turn_cut": [[False], [True, False]],
-    }
-    with pytest.raises(KeyError, match="policy/entropy"):
-        M.step_metrics(
-            episodes,
-            tokenizer=lambda t: {"input_ids": t.split()},
-            group_std=torch.tensor([0.5]),
-            keep=torch.tensor([0]),
-            kept_reasoning=torch.zeros(2),
-            update={k: [] for k in M.UPDATE_KEYS},
-        )
-
-
-def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
+def _step_metrics(**measured):
+    """step_metrics of two episodes (one turn, then three: 2 of 4 turns valid, 2 cut)."""
     episodes = {
         "rewards": torch.tensor([1.0, 0.0]),
         "success": torch.tensor([True, False]),
@@ -107,9 +85,7 @@ def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
         "turn_format_valid": [[True], [False, False, True]],
         "turn_cut": [[False], [True, True, False]],
     }
-    computed = ("rollout/", "reward/", "response/", "reasoning/")  # from `episodes`, the rest measured
-    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k == "rollout/logprob_gap"}
-    m = M.step_metrics(
+    return M.step_metrics(
         episodes,
         tokenizer=lambda t: {"input_ids": t.split()},
         group_std=torch.tensor([0.5]),
@@ -118,4 +94,15 @@ def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
         update={k: [] for k in M.UPDATE_KEYS},
         **measured,
     )
+
+
+def test_step_metrics_refuses_to_leave_a_name_out():
+    with pytest.raises(KeyError, match="policy/entropy"):
+        _step_metrics()
+
+
+def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
+    computed = ("rollout/", "reward/", "response/", "reasoning/")  # from `episodes`, the rest measured
+    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k == "rollout/logprob_gap"}
+    m = _step_metrics(**measured)
     assert m["rollout/answer_cut"] == 0.5 and m["rollout/format_valid"] == 0.5
