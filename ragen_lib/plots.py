@@ -90,6 +90,11 @@ def _references(ax, env: str | None) -> bool:
     return True
 
 
+def _wrap(text: str, width: int) -> str:
+    """`text` on lines of at most `width` characters, broken at spaces only (a name stays whole)."""
+    return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+
+
 def _plain(ax) -> None:
     """No offset or scientific notation: the ticks show the values themselves."""
     for axis in ("x", "y"):
@@ -174,7 +179,7 @@ def curves(
             _plain(ax)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
-            ax.set_ylabel(label(m))
+            ax.set_ylabel(_wrap(label(m), 24))  # a panel is 2.6 in tall: longer labels ran into the next
             ax.set_xlabel("step" if i == len(metrics) - 1 else "")
     handles = [Line2D([], [], color=colours[h], lw=2.2) for h in hue_order]
     names = [str(h) for h in hue_order]
@@ -241,7 +246,7 @@ def bars(
     ax.set_xlabel(axis_name(x))
     _plain(ax)
     # Long variant names wrap onto lines of their own instead of pushing the bars into a strip.
-    ax.set_xticks(ax.get_xticks(), [textwrap.fill(t.get_text(), 16) for t in ax.get_xticklabels()])
+    ax.set_xticks(ax.get_xticks(), [_wrap(label(t.get_text()), 16) for t in ax.get_xticklabels()])
     if df[x].nunique() > 6:  # many names still overlap side by side
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     if hue:

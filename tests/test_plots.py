@@ -131,6 +131,23 @@ def test_bars_name_the_model_and_warm_up_and_make_room_for_many_long_variant_nam
     assert wide.get_figwidth() > few.get_figwidth() >= 6.5
     names = [t.get_text() for t in wide.axes[0].get_xticklabels()]
     assert len(names) == 9 and all(max(len(line) for line in n.split("\n")) <= 16 for n in names)
+    # metric names as bars (05's Table 2 columns) read as their labels, and a name is never cut in two
+    cols = pd.DataFrame(
+        {
+            "column": ["val/success/frozenlake", "val/success/sokoban-newvocab"],
+            "s": [0.2, 0.3],
+            "cfg.train.seed": 0,
+        }
+    )
+    ticks = [t.get_text() for t in plots.bars(cols, "column", "s").axes[0].get_xticklabels()]
+    assert ticks == ["success (val) on\nfrozenlake", "success (val) on\nsokoban-newvocab"]
+
+
+def test_long_axis_labels_wrap_instead_of_running_into_the_next_panel():
+    new = {m: f"{m}/sokoban-newvocab" for m in ("val/success", "val/format_valid")}
+    fig = plots.curves(runs_df().rename(columns=new), [new["val/success"]], hue="variant")
+    ylabels = [ax.get_ylabel() for ax in fig.axes]
+    assert "format-valid (val) on\nsokoban-newvocab" in ylabels, ylabels
     assert (
         plots.axis_name("cfg.env.name") == "env" and plots.axis_name("cfg.algo.filter_keep") == "filter keep"
     )
