@@ -161,7 +161,9 @@ fig = plots.curves(
     col="cfg.env.name",
     title="A*-PO vs StarPO",
 )
-totals = df.groupby(["cfg.env.name", "variant", "cfg.train.seed"], as_index=False)["time/train_total"].sum()
+# the runs' model and warm-up ride along, so the bars' title names them (plots.RUN_FACTS)
+keys = ["cfg.env.name", "variant", "cfg.train.seed", *[c for c in plots.RUN_FACTS if c in df]]
+totals = df.groupby(keys, as_index=False, dropna=False)["time/train_total"].sum()
 cost = plots.bars(
     totals.assign(profile=profile),
     "cfg.env.name",
