@@ -48,7 +48,11 @@ METRICS: dict[str, Metric] = {
     "rollout/format_valid": Metric(
         "format-valid (train)", "fraction of the step's turns whose answer parsed with only valid actions"
     ),
-    "rollout/truncated": Metric("truncated", "fraction of episodes cut by a turn, action or context budget"),
+    "rollout/truncated": Metric(
+        "truncated episodes",
+        "fraction of episodes cut by a turn, action or context budget (not the token budget: see "
+        "rollout/answer_cut; on one-turn Bandit, the episodes whose answer pulled no arm)",
+    ),
     "rollout/answer_cut": Metric(
         "answers cut by the token budget",
         "fraction of the step's turns whose answer used every one of rollout.max_new_tokens without "

@@ -63,7 +63,8 @@ class TurnRecord:
     @property
     def invalid_reason(self) -> str:
         """Why the answer failed the format ('' when it did not). An answer cut by the token budget
-        says so first: with a small model that is the usual cause, and the fix is the budget."""
+        says so first: its fix is the budget, not the form (the embedded model after the format
+        warm-up, Bandit at 128 tokens: 0.30 of the turns cut, 0.39 closed but malformed)."""
         if self.parsed.format_valid:
             return ""
         return (

@@ -231,7 +231,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         bar.set_postfix(
             success=f"{m['rollout/success']:.2f}",
             fmt=f"{m['rollout/format_valid']:.2f}",
-            cut=f"{m['rollout/answer_cut']:.2f}",  # answers out of tokens: a low fmt's usual cause
+            cut=f"{m['rollout/answer_cut']:.2f}",  # out of tokens: what a larger budget fixes
         )
 
         # ---- store: metrics, samples, checkpoint ----
