@@ -187,7 +187,7 @@ def curves(
         handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
         names += ["random play (chance)", "expert (best possible)"]
     fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
-    warm = ", ".join(sorted(df[WARMUP].dropna().astype(str).unique())) if WARMUP in df else "none"
+    warm = warmups_text(df) or "none"
     fig.suptitle(
         f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean); warm-up: {warm}{models_text(df)}",
         y=1.0,
@@ -233,7 +233,7 @@ def bars(
     )
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
     seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
-    warm = ", ".join(sorted(df[WARMUP].dropna().astype(str).unique())) if WARMUP in df else ""
+    warm = warmups_text(df)
     ax.set_title(
         f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% CI over seeds"
         + (f"; warm-up: {warm}" if warm else "")
@@ -273,6 +273,12 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
         rows.append({**dict(zip(keys, key)), metric: val, **facts})
     facts = [c for c in RUN_FACTS if c in df and c not in keys]
     return pd.DataFrame(rows, columns=[*keys, metric, *facts])
+
+
+def warmups_text(df: pd.DataFrame) -> str:
+    """The warm-ups of the runs in `df` (their configs' train.warmup), comma-separated; '' when the
+    frame does not say."""
+    return ", ".join(sorted(df[WARMUP].dropna().astype(str).unique())) if WARMUP in df else ""
 
 
 def models_text(df: pd.DataFrame) -> str:
