@@ -337,7 +337,7 @@ def run_grid(
     Ctrl-C or SIGTERM cancels the queued runs, stops the workers and raises KeyboardInterrupt
     (GridInterrupted for SIGTERM) within seconds; the runs in progress resume on the next call.
     """
-    from tqdm.auto import tqdm
+    from ragen_lib.progress import tqdm
 
     paths = [runs.run_dir(root, finding, c) for c in cfgs]
     # Identical configs share one folder: train it once (two workers on one folder would collide).

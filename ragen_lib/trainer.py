@@ -18,13 +18,13 @@ import time
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ragen_lib import algorithms as A
 from ragen_lib import metrics as M
 from ragen_lib import models, runs, seeds
 from ragen_lib.config import Config
 from ragen_lib.distributed import Ranks, Shard, local_device
+from ragen_lib.progress import tqdm
 from ragen_lib.rollout import RolloutBatch, collect
 from ragen_lib.warmup import warmup
 

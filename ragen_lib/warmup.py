@@ -24,7 +24,6 @@ import dataclasses
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ragen_lib import seeds
 from ragen_lib.config import Config
@@ -32,6 +31,7 @@ from ragen_lib.envs import make
 from ragen_lib.generation import generate, stop_on_text
 from ragen_lib.metrics import distinct_n
 from ragen_lib.models import forward_logp
+from ragen_lib.progress import tqdm
 from ragen_lib.rollout import Episode, RolloutBatch, collect
 
 THINK_STOPS = ("</think>", "<answer>", "</answer>")

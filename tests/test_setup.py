@@ -53,7 +53,7 @@ def test_training_path_imports_no_notebook_or_plotting_library():
         "import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.analysis, "
         "ragen_lib.warmup, ragen_lib.seeds, ragen_lib.distributed, ragen_lib.metrics, "
         "ragen_lib.__main__; bad = [m for m in ('matplotlib', 'seaborn', 'IPython', 'papermill', "
-        "'jupytext', 'nbformat') if m in sys.modules]; print(','.join(bad))"
+        "'jupytext', 'nbformat', 'ipywidgets') if m in sys.modules]; print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"training path imported {out.strip()}"
@@ -116,3 +116,22 @@ def test_host_python_runs_the_targets_with_that_python_and_never_builds_a_venv(t
         [*cmd, "replicate", "NB=01", "PLANNED=1"], capture_output=True, text=True, timeout=60
     )
     assert f"{Path(sys.executable).parent}/papermill" in replicate.stdout, replicate.stdout
+
+
+def test_a_progress_bar_in_a_notebook_without_ipywidgets_draws_text_and_warns_nothing():
+    """tqdm.auto inside a kernel without ipywidgets warned "IProgress not found" into every executed
+    notebook (with the venv's path); the project's bar is tqdm's text bar there, with no warning."""
+    import importlib.util
+
+    import nbformat
+    import pytest
+    from nbclient import NotebookClient
+
+    if importlib.util.find_spec("ipywidgets") is not None:
+        pytest.skip("ipywidgets is installed here: the widget bar is the right one")
+    cell = "from ragen_lib.progress import tqdm\nfor _ in tqdm(range(3), desc='steps'): pass"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    text = "".join(o.get("text", "") for o in nb.cells[0].outputs)
+    assert "IProgress" not in text and "Warning" not in text, text
+    assert "steps: 100%" in text, text
