@@ -430,9 +430,10 @@ def test_cli_names_a_misspelt_or_missing_model_before_loading_it_or_writing_a_re
 def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tmp_path):
     """A notebook and a CLI on one config: the second is refused at once (before its model loads)
     with the owner's PID; killed, the run resumes and says from which checkpoint step."""
+    steps = 8
     cfg_path = tmp_path / "c.yaml"
     config.save(
-        tiny(**{"train.steps": 40, "train.checkpoint_every": 2, "algo.name": "starpo-grpo"}), cfg_path
+        tiny(**{"train.steps": steps, "train.checkpoint_every": 2, "algo.name": "starpo-grpo"}), cfg_path
     )
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     cli = [sys.executable, "-m", "ragen_lib", "run", str(cfg_path), "--out", str(tmp_path), "--quiet"]
@@ -441,6 +442,9 @@ def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tm
         deadline = time.time() + 120
         while time.time() < deadline and not list(tmp_path.rglob("step_*.pt")):
             time.sleep(0.05)
+        # Frozen after its first checkpoint, the owner holds the lock for as long as the second
+        # writer needs to start: no race with its last step, and no steps to run just to wait.
+        first.send_signal(signal.SIGSTOP)
         second = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2 and f"PID {first.pid}" in second.stderr and "kill" in second.stderr
     finally:
@@ -448,11 +452,12 @@ def test_cli_refuses_a_second_writer_and_names_the_checkpoint_it_resumes_from(tm
         first.wait()
     [ckpt] = list(tmp_path.rglob("step_*.pt"))
     k = int(ckpt.stem.split("_")[1])
+    assert k < steps - 1  # stopped mid-run: there is something left to resume
     again = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
-    assert f"from its checkpoint at step {k}: steps {k + 1}-39 to train" in again.stdout
+    assert f"from its checkpoint at step {k}: steps {k + 1}-{steps - 1} to train" in again.stdout
     [metrics] = list(tmp_path.rglob("metrics.jsonl"))
-    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(40))
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(steps))
 
 
 def test_online_k_plays_k_times_the_groups_and_steps_k_times_from_each_rollout(monkeypatch):
