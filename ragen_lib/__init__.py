@@ -4,4 +4,8 @@ Training-path modules (envs, prompting, models, generation, rollout) import no n
 plotting library, so they run on a bare GPU host.
 """
 
+# First, before any module of ours imports transformers (which imports tqdm.auto): the progress
+# bar's one warning filter (see progress.py).
+from ragen_lib import progress as _progress  # noqa: F401
+
 __version__ = "0.1.0"

@@ -119,8 +119,8 @@ def test_host_python_runs_the_targets_with_that_python_and_never_builds_a_venv(t
 
 
 def test_a_progress_bar_in_a_notebook_without_ipywidgets_draws_text_and_warns_nothing():
-    """tqdm.auto inside a kernel without ipywidgets warned "IProgress not found" into every executed
-    notebook (with the venv's path); the project's bar is tqdm's text bar there, with no warning."""
+    """tqdm.auto (ours, transformers') inside a kernel without ipywidgets warned "IProgress not found"
+    into every executed notebook (with the venv's path); the bar is tqdm's text bar there, silently."""
     import importlib.util
 
     import nbformat
@@ -129,7 +129,11 @@ def test_a_progress_bar_in_a_notebook_without_ipywidgets_draws_text_and_warns_no
 
     if importlib.util.find_spec("ipywidgets") is not None:
         pytest.skip("ipywidgets is installed here: the widget bar is the right one")
-    cell = "from ragen_lib.progress import tqdm\nfor _ in tqdm(range(3), desc='steps'): pass"
+    cell = (  # rollout imports transformers, which imports tqdm.auto too
+        "from ragen_lib import rollout\n"
+        "from ragen_lib.progress import tqdm\n"
+        "for _ in tqdm(range(3), desc='steps'): pass"
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     text = "".join(o.get("text", "") for o in nb.cells[0].outputs)
