@@ -115,12 +115,22 @@ def judged_entry(prof: dict, finding: str, merged: dict) -> dict | None:
 def cap_batch(overrides: dict, cap: int | None) -> dict:
     """Shrink P (train.groups) and N (train.group_size) by the same factor when a variant asks for
     more than `cap` episodes per step: the smoke profile keeps a P×N study's shape (more states vs
-    more samples) at a size a CPU can run. N stays >= 2 so groups still have a spread."""
+    more samples) at a size a CPU can run. N stays >= 2 where it was (groups keep a spread; the
+    paper's N = 1 point stays N = 1) and P >= 1; what rounding and those floors add over the cap is
+    taken off the larger side, so P × N never exceeds it. Points that differ only beyond the cap's
+    resolution can land on the same P × N (and then share one run)."""
     P, N = overrides.get("train.groups"), overrides.get("train.group_size")
     if cap is None or P is None or N is None or P * N <= cap:
         return overrides
     s = math.sqrt(cap / (P * N))
-    return {**overrides, "train.groups": max(1, round(P * s)), "train.group_size": max(2, round(N * s))}
+    n_floor = min(N, 2)
+    p, n = max(1, round(P * s)), max(n_floor, round(N * s))
+    while p * n > cap and (p > 1 or n > n_floor):
+        if n > n_floor and (n > p or p == 1):
+            n -= 1
+        else:
+            p -= 1
+    return {**overrides, "train.groups": p, "train.group_size": n}
 
 
 def worker_slots(runs_per_device: int) -> list[dict]:

@@ -72,15 +72,21 @@ def test_grid_order_defaults_base_profile_variant_and_labels(tmp_path):
     assert points[2][0].rollout.max_new_tokens == 8  # variant b keeps the profile's
 
 
-def test_cap_batch_shrinks_p_and_n_alike():
-    assert experiments.cap_batch({"train.groups": 32, "train.group_size": 4}, 16) == {
-        "train.groups": 11,
-        "train.group_size": 2,
-    }  # s = sqrt(16/128) = 0.354
-    assert experiments.cap_batch({"train.groups": 8, "train.group_size": 16}, 16) == {
-        "train.groups": 3,
-        "train.group_size": 6,
-    }
+def test_cap_batch_shrinks_p_and_n_alike_and_never_exceeds_the_cap():
+    def cap(P, N, c=16):
+        out = experiments.cap_batch({"train.groups": P, "train.group_size": N}, c)
+        return out["train.groups"], out["train.group_size"]
+
+    # The paper's P x N = 128 points at the smoke profile's 16 (s = sqrt(16/128) = 0.354): rounding
+    # alone gave 3 x 6 and 6 x 3 (18), and the N >= 2 floor 11 x 2 (22), 23 x 2 (46) and 45 x 2
+    # (90 episodes, with N = 1 raised to 2).
+    assert [cap(P, 128 // P) for P in (1, 4, 8, 16, 32, 64, 128)] == [
+        (1, 16), (1, 11), (3, 5), (5, 3), (8, 2), (8, 2), (16, 1)
+    ]  # fmt: skip
+    for P in range(1, 129):
+        for N in range(1, 33):
+            p, n = cap(P, N)
+            assert p * n <= 16 and p >= 1 and n >= min(N, 2), (P, N)
     small = {"train.groups": 2, "train.group_size": 2}
     assert experiments.cap_batch(small, 16) == small and experiments.cap_batch(small, None) == small
 
