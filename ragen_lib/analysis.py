@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from ragen_lib import models, runs
+from ragen_lib.metrics import natural_key
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 PILOT = "PILOT"  # run at pilot scale in this profile: figures and numbers, no verdict
@@ -137,11 +138,12 @@ def late_mean(values: pd.Series, frac: float = 1 / 3) -> float:
 
 
 def late_table(df: pd.DataFrame, metric: str, by: str | list[str]) -> pd.DataFrame:
-    """One row per combination of `by`: the late mean of `metric` (seeds averaged per step first)."""
+    """One row per combination of `by`: the late mean of `metric` (seeds averaged per step first),
+    in the figures' legend order (numbers inside labels by value: "top 25%" before "top 100%")."""
     by = [by] if isinstance(by, str) else list(by)
     rows = []
-    for key, part in df.groupby(by, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
+    parts = [(k if isinstance(k, tuple) else (k,), part) for k, part in df.groupby(by, sort=False)]
+    for key, part in sorted(parts, key=lambda kp: tuple(map(natural_key, kp[0]))):
         c = curve(part, metric, [])
         rows.append({**dict(zip(by, key)), f"late {metric}": late_mean(c.set_index("step")[metric])})
     return pd.DataFrame(rows)

@@ -189,6 +189,13 @@ def label(name: str) -> str:
     return f"{METRICS[base].label} on {env}" if base in METRICS and name.startswith("val/") else name
 
 
+def natural_key(value) -> tuple:
+    """Sort key that orders the numbers inside labels by value: "top 25%" < "top 100%", "k=2" < "k=10",
+    "P=1×N=11" < "P=16×N=1". The order of every figure's legend and every late-score table."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", str(value))
+    return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts)
+
+
 def markdown_table() -> str:
     """The metric table of docs/ARCHITECTURE.md."""
     rows = ["| metric | label | meaning | logged |", "| --- | --- | --- | --- |"]

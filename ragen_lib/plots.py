@@ -10,7 +10,6 @@ bar; no offset notation on any axis.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from ragen_lib import models, runs
-from ragen_lib.metrics import label
+from ragen_lib.metrics import label, natural_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = "cfg.train.seed"
@@ -43,12 +42,6 @@ def axis_name(column: str) -> str:
         parts = column.split(".")
         return parts[-2] if parts[-1] == "name" else parts[-1].replace("_", " ")
     return label(column)
-
-
-def natural_key(value) -> tuple:
-    """Sort key that orders the numbers inside labels by value: "top 25%" < "top 100%", "k=2" < "k=10"."""
-    parts = re.split(r"(\d+(?:\.\d+)?)", str(value))
-    return tuple((0, float(p)) if re.fullmatch(r"\d+(?:\.\d+)?", p) else (1, p) for p in parts)
 
 
 def order(values) -> list:

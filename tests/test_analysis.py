@@ -53,6 +53,18 @@ def test_series_and_late_table_average_seeds_per_step_first():
     assert analysis.success_metric(df.assign(**{"val/success": 0.3})) == "val/success"
 
 
+def test_late_table_rows_follow_the_numbers_in_their_labels_as_the_legends_do():
+    names = ["top 100%", "top 25%", "P=16×N=1", "P=1×N=11", "top 50%"]
+    df = pd.DataFrame({"step": 0, "seed": 0, "v": names, "e": "sokoban", "rollout/success": 0.5})
+    assert list(analysis.late_table(df, "rollout/success", "v")["v"]) == [
+        "P=1×N=11", "P=16×N=1", "top 25%", "top 50%", "top 100%"
+    ]  # fmt: skip
+    two = analysis.late_table(df.assign(e=["b", "b", "a", "a", "b"]), "rollout/success", ["e", "v"])
+    assert list(zip(two["e"], two["v"])) == [
+        ("a", "P=1×N=11"), ("a", "P=16×N=1"), ("b", "top 25%"), ("b", "top 50%"), ("b", "top 100%")
+    ]  # fmt: skip
+
+
 def test_early_late_reasoning_prefers_a_seed_logged_at_both_steps():
     rows = [
         {"run_id": "r", "step": 0, "seed": 5, "reward": 0.0, "thinks": ["first A"]},
