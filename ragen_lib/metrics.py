@@ -316,11 +316,6 @@ def reasoning_mi(texts: list[str], states: list[int]) -> float:
     return gains / total_words if total_words else 0.0
 
 
-def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """(P,) std of each group's raw trajectory rewards (population std, as the filter sees it)."""
-    return rewards.view(-1, group_size).std(dim=1, unbiased=False)
-
-
 def device_name(device) -> str:
     """ "cpu", or the GPU's name ("NVIDIA H100 80GB HBM3"): what a run or a table says it ran on."""
     return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"

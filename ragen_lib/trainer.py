@@ -119,7 +119,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
 
         # ---- uncertainty filter (StarPO-S): keep the groups whose raw rewards vary most ----
         # The top-k runs over all ranks' groups, identically on every rank; each keeps its own rows.
-        group_std = M.group_reward_std(episodes["rewards"], group_size)
+        group_std = A.group_reward_std(episodes["rewards"], group_size)  # the filter's own statistic
         keep = A.select_groups(
             episodes["rewards"],
             group_size,

@@ -72,6 +72,30 @@ def test_grpo_by_hand():
         A.grpo_advantages(t(1, 2, 3, 4), 3)
 
 
+def test_a_constant_float32_group_gets_exactly_zero_as_in_ragen():
+    # Eight 0.9s in float32: mean and unbiased std are off by rounding (std ~6e-8), and before the
+    # guard (RAGEN ctx_manager.py:169: std <= 1e-6 -> 0) that became advantages of about ±0.056.
+    for v in (0.9, -0.1, -0.3, 0.7):
+        for n in (8, 11, 16, 32):
+            assert A.grpo_advantages(torch.full((n,), v), n).abs().max().item() == 0.0, (v, n)
+    # A group just above the threshold is normalised as before: (0, 2e-6) -> unbiased std 1.41e-6.
+    adv = A.grpo_advantages(torch.tensor([0.0, 2e-6], dtype=torch.float64), 2)
+    s = math.sqrt(2) * 1e-6
+    assert_close(adv, torch.tensor([-1e-6 / (s + 1e-6), 1e-6 / (s + 1e-6)], dtype=torch.float64))
+
+
+def test_group_reward_std_is_exactly_zero_for_equal_rewards_and_the_filter_keeps_its_ties_stable():
+    # Groups of 8 in float32: all 0.9 (std 6e-8 by rounding), all -0.1 (7e-9), and one that varies.
+    r = torch.cat([torch.full((8,), 0.9), torch.full((8,), -0.1), t(0, 1, 0, 1, 0, 1, 0, 1)])
+    std = A.group_reward_std(r, 8)
+    assert std[:2].tolist() == [0.0, 0.0] and std[2].item() == pytest.approx(0.5)
+    # top 2 of 3: the varying group, then the lower-index constant one (not the one whose reward
+    # rounds to the larger std); bottom 1: the first constant group.
+    assert A.select_groups(r, 8, 2 / 3).tolist() == [0, 2]
+    assert A.select_groups(torch.cat([r[8:16], r[:8], r[16:]]), 8, 2 / 3).tolist() == [0, 2]
+    assert A.select_groups(r, 8, 1 / 3, mode="bottom").tolist() == [0]
+
+
 # --- PPO clipped loss --------------------------------------------------------------------------
 def test_policy_loss_at_ratio_one_is_minus_mean_advantage_and_gradient():
     logp = torch.zeros(1, 3, requires_grad=True)

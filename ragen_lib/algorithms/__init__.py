@@ -10,7 +10,7 @@ from ragen_lib.algorithms.advantages import (
 )
 from ragen_lib.algorithms.apo import apo_loss, apo_v_star, sequence_logprob
 from ragen_lib.algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
-from ragen_lib.algorithms.filtering import FILTER_MODES, expand_group_mask, select_groups
+from ragen_lib.algorithms.filtering import FILTER_MODES, expand_group_mask, group_reward_std, select_groups
 from ragen_lib.algorithms.losses import (
     KL_ESTIMATORS,
     POLICY_AGGS,
@@ -39,6 +39,7 @@ __all__ = [
     "expand_group_mask",
     "gae",
     "grpo_advantages",
+    "group_reward_std",
     "kl_penalty",
     "masked_mean",
     "masked_whiten",

@@ -7,6 +7,16 @@ import torch
 FILTER_MODES = ("top", "bottom", "random")
 
 
+def group_reward_std(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(P,) population std of each group's raw rewards (unbiased=False), exactly 0 where a group's
+    rewards are all equal: float32's std of equal values is not (7e-9 for eight −0.1s, 6e-8 for
+    eight 0.9s), which would rank constant groups by their reward value and hide them from
+    `reward/frac_zero_std`. rewards (B,), B = P·N → (P,), on the CPU."""
+    g = rewards.detach().float().view(-1, group_size).cpu()  # (P, N)
+    std = g.std(dim=1, unbiased=False)  # (P,)
+    return torch.where(g.amax(dim=1) == g.amin(dim=1), torch.zeros_like(std), std)
+
+
 def select_groups(
     rewards: torch.Tensor,
     group_size: int,
@@ -20,9 +30,10 @@ def select_groups(
     measured before any GRPO normalisation. RAGEN's released code measured it after
     normalisation, where every group's std is about 1 (or 0), so its filter kept an almost
     arbitrary subset; we measure before. Note round() is Python's (half to even).
-    mode "top": highest std (StarPO-S; zero-variance groups go first); "bottom": lowest std;
-    "random": uniform without replacement using `generator` (the two controls). Ties keep the
-    lower index (stable sort). rewards (B,), B = P·N → (k,).
+    mode "top": highest std (StarPO-S; zero-variance groups are dropped first); "bottom": lowest
+    std; "random": uniform without replacement using `generator` (the two controls). Ties keep the
+    lower index (stable sort); constant groups tie at exactly 0 (`group_reward_std`).
+    rewards (B,), B = P·N → (k,).
     """
     if not 0 < keep_fraction <= 1:
         raise ValueError(f"keep_fraction must be in (0, 1], got {keep_fraction}")
@@ -30,7 +41,7 @@ def select_groups(
         raise ValueError(f"filter mode={mode!r}; valid: {', '.join(FILTER_MODES)}")
     if group_size < 1 or rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards are not divisible by group_size={group_size}")
-    std = rewards.detach().float().view(-1, group_size).std(dim=1, unbiased=False).cpu()  # (P,)
+    std = group_reward_std(rewards, group_size)  # (P,)
     P = std.numel()
     k = max(1, round(keep_fraction * P))
     if mode == "random":
