@@ -84,6 +84,17 @@ def test_a_constant_float32_group_gets_exactly_zero_as_in_ragen():
     assert_close(adv, torch.tensor([-1e-6 / (s + 1e-6), 1e-6 / (s + 1e-6)], dtype=torch.float64))
 
 
+def test_z_scores_of_constant_float32_rewards_are_exactly_zero():
+    # 64 rewards of 0.9: float32's std is rounding (~1e-8), which over eps 1e-8 gave z = ±0.86;
+    # eight -0.1s per group gave ±0.43. Constant means no signal: 0, in the batch and per group.
+    assert A.zscore(torch.full((64,), 0.9)).abs().max().item() == 0.0
+    env = torch.cat([torch.full((8,), -0.1), t(0, 1, 0, 1, 0, 1, 0, 1)])
+    mixed = A.mix_reasoning_advantage(env, torch.full((16,), 0.3), lam=0.4, group_size=8)
+    assert mixed[:8].abs().max().item() == 0.0
+    assert_close(mixed[8:], t(-1, 1, -1, 1, -1, 1, -1, 1), atol=1e-6, rtol=0)  # (r − .5) / .5
+    assert A.zscore(torch.zeros(0)).numel() == 0
+
+
 def test_group_reward_std_is_exactly_zero_for_equal_rewards_and_the_filter_keeps_its_ties_stable():
     # Groups of 8 in float32: all 0.9 (std 6e-8 by rounding), all -0.1 (7e-9), and one that varies.
     r = torch.cat([torch.full((8,), 0.9), torch.full((8,), -0.1), t(0, 1, 0, 1, 0, 1, 0, 1)])

@@ -97,15 +97,21 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, 
 
 
 def zscore(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x − mean) / (population std + eps) over the whole batch (unbiased=False); constant → 0.
-    (B,) → (B,)."""
-    return (x - x.mean()) / (x.std(unbiased=False) + eps)
+    """(x − mean) / (population std + eps) over the whole batch (unbiased=False); constant → 0
+    exactly: float32's mean and std of equal values are off by rounding (std 1e-8 for 0.9s), and
+    over an eps of 1e-8 that rounding became z-scores of up to ±0.86. (B,) → (B,)."""
+    if not x.numel():
+        return x
+    z = (x - x.mean()) / (x.std(unbiased=False) + eps)
+    return torch.where(x.amax() == x.amin(), torch.zeros_like(z), z)
 
 
 def _group_zscore(x: torch.Tensor, group_size: int, eps: float = 1e-8) -> torch.Tensor:
+    """`zscore` within each contiguous group of `group_size`; a constant group → 0 exactly."""
     _check_groups(x.numel(), group_size)
     g = x.view(-1, group_size)  # (P, N)
-    return ((g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + eps)).reshape(-1)
+    z = (g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + eps)
+    return torch.where(g.amax(1, keepdim=True) == g.amin(1, keepdim=True), torch.zeros_like(z), z).reshape(-1)
 
 
 def mix_reasoning_advantage(
