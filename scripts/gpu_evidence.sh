@@ -13,6 +13,9 @@
 # quick replication stopped with Ctrl-C so the GPU is the bench's alone → `bench` (the sections
 # in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
 # Environment: PYTHON (the host's, default python3), PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
+# REPLICATE=0 (no replication: gpu-check and the bench get the GPU alone), STEPS_CONFIG (a run's
+# config.yaml: after gpu-check, `scripts/step_profile.py` times a few of its steps per rollout
+# setting, alone, for at most STEPS_S seconds, default 150),
 # BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S (gpu-check's cap, 240),
 # RESERVE_S (what gpu-check leaves for the rest, 120).
 set -u
@@ -34,7 +37,7 @@ say() { echo "[evidence $(elapsed) s] $*" | tee -a "$ev/phases.log"; }
 archive() {
   say "archiving (left: $(left) s)"
   tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' \
-    outputs/gpu-check outputs/bench "outputs/$PROFILE" -C "$out" evidence 2>>"$ev/phases.log"
+    outputs/gpu-check outputs/bench $(ls -d "outputs/$PROFILE" 2>/dev/null) -C "$out" evidence 2>>"$ev/phases.log"
   ls -la "$out" | tee -a "$ev/phases.log"
   for f in $(find outputs/gpu-check outputs/bench -maxdepth 1 -name '*.md' -newer "$ev/host.txt"); do
     echo "== $f"
@@ -69,7 +72,9 @@ fi
 
 # 2. gpu-check, with the quick replication beside it (it needs make; gpu-check and bench do not)
 rep=
-if command -v make >/dev/null; then
+if [ "${REPLICATE:-1}" = 0 ]; then
+  say "replicate-all: skipped (REPLICATE=0)"
+elif command -v make >/dev/null; then
   setsid make replicate-all PROFILE="$PROFILE" HOST_PYTHON="$py" >"$ev/replicate.log" 2>&1 &
   rep=$!
   say "replicate-all started (pid $rep)"
@@ -95,6 +100,16 @@ if [ -n "$rep" ]; then
   sleep 2
   say "replicate-all stopped"
   tail -25 "$ev/replicate.log"
+fi
+
+# 3b. a few steps of one run's config, alone, per rollout setting, one update profiled
+if [ -n "${STEPS_CONFIG:-}" ]; then
+  steps_s=${STEPS_S:-150}
+  cap=$((steps_s + 30 < $(left) - 60 ? steps_s + 30 : $(left) - 60))
+  timeout -k 10 $cap "$py" scripts/step_profile.py "$STEPS_CONFIG" "$ev/steps" --budget "$steps_s" \
+    >"$ev/steps.log" 2>&1
+  say "steps: exit $? (cap $cap s)"
+  grep "^\[steps\]" "$ev/steps.log"
 fi
 
 # 4. bench, alone on the GPU
