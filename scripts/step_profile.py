@@ -73,7 +73,8 @@ def main() -> None:
         f"train.steps={args.steps}", "train.val_every=0", "train.warmup=none",
         "train.samples_every=0", *args.set,
     ]  # fmt: skip
-    result = {"config": args.config, "overrides": base, "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "settings": {}}  # fmt: skip
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    result = {"config": args.config, "overrides": base, "device": device, "settings": {}}
     original = trainer._update
     for label, extra in SETTINGS.items():
         if time.perf_counter() - t0 > args.budget:
@@ -89,7 +90,12 @@ def main() -> None:
         # step 0 pays for kernel selection and allocator growth; the last is slowed by the profiler
         later = rows[1:-1] if len(rows) >= 3 else rows[-1:]
         summary = {k: statistics.median(r[k] for r in later) for k in KEYS if k in later[0]}
-        result["settings"][label] = {"overrides": extra, "wall_s": time.perf_counter() - ts, "median_after_step_0": summary, "steps": [{k: r.get(k) for k in KEYS} for r in rows]}  # fmt: skip
+        result["settings"][label] = {
+            "overrides": extra,
+            "wall_s": time.perf_counter() - ts,
+            "median_of_middle_steps": summary,
+            "steps": [{k: r.get(k) for k in KEYS} for r in rows],
+        }
         print(f"[steps] {label}: " + ", ".join(f"{k} {v:.3g}" for k, v in summary.items()), flush=True)
         (out / "step_profile.json").write_text(json.dumps(result, indent=1))
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
