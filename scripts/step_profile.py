@@ -1,13 +1,17 @@
 """Where one training step's seconds go on this device: a few steps of one run's config, alone,
-once per rollout setting, with one update profiled (torch.profiler, top ops by device and host time).
+once per setting (decoding cache, micro-batch packing), optionally with one update profiled
+(torch.profiler, top ops by device and host time).
 
-    python scripts/step_profile.py CONFIG.yaml OUT_DIR [--steps 4] [--budget 150] [--set KEY=VALUE ...]
+    python scripts/step_profile.py CONFIG.yaml OUT_DIR [--steps 4] [--budget 150] [--profile]
+                                   [--set KEY=VALUE ...]
 
 Written for issue 18: the `quick` plan was sized at 0.23 s a step, and its first run measured about
 10 s a step on an H200 that `gpu-check` was sharing. This times the same config with the GPU to
 itself. Each setting's rows go to OUT_DIR/step_profile.json (and .md) as soon as it finishes, so a
 lease that ends early keeps what finished. No warm-up, validation, checkpoints or samples: the
-steps alone. The profiled update is the last step's; the medians leave out step 0 and that one.
+steps alone. With --profile the last step's update is profiled: on an H100 that made a 4.5 s update
+take 108 s (115k kernel launches recorded), so it is off unless asked for. The medians leave out
+step 0 (kernel selection, allocator growth) and, when profiled, the last step.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ import torch
 
 from ragen_lib import config, trainer
 
-SETTINGS = {  # rollout settings, the config's own first
+SETTINGS = {  # the config's own first; then the levers the H100's first profile pointed at
     "config's own": {},
     "static cache": {"rollout.kv_cache": "static"},
+    # The update was host-bound (0.6 s of GPU work in a 4.5 s update, 115k kernel launches):
+    # packing by shared prompt forwards the quick profile's 4 mini-batches of 16 rows in 6 packs,
+    # without it in 4 (fewer launches, more tokens computed).
+    "static cache, one pack per mini-batch": {"rollout.kv_cache": "static", "train.shared_prefix": "false"},
     "continuous batching, static cache": {"rollout.kv_cache": "static", "rollout.batching": "continuous"},
 }
 KEYS = ("time/rollout", "time/forward", "time/update", "time/step", "throughput/gen_tokens_per_s",
@@ -64,6 +72,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--budget", type=float, default=150.0, help="seconds; no new setting starts after it")
+    ap.add_argument("--profile", action="store_true", help="profile the last step's update")
     ap.add_argument("--set", nargs="*", default=[], help="dotted overrides for every setting")
     args = ap.parse_args()
     out = Path(args.out)
@@ -81,14 +90,14 @@ def main() -> None:
             print(f"[steps] {label}: skipped, past the budget", flush=True)
             continue
         cfg = config.load(args.config, [*base, *(f"{k}={v}" for k, v in extra.items())])
-        trainer._update = profiled(original, args.steps, out / "step_profile_update.txt", label)
+        if args.profile:
+            trainer._update = profiled(original, args.steps, out / "step_profile_update.txt", label)
         ts = time.perf_counter()
         try:
             rows = trainer.train(cfg, run=None, progress=False)
         finally:
             trainer._update = original
-        # step 0 pays for kernel selection and allocator growth; the last is slowed by the profiler
-        later = rows[1:-1] if len(rows) >= 3 else rows[-1:]
+        later = (rows[1:-1] if args.profile and len(rows) >= 3 else rows[1:]) or rows
         summary = {k: statistics.median(r[k] for r in later) for k in KEYS if k in later[0]}
         result["settings"][label] = {
             "overrides": extra,
