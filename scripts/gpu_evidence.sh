@@ -14,9 +14,10 @@
 # in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
 # Environment: PYTHON (the host's, default python3), PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
 # REPLICATE=0 (no replication: gpu-check and the bench get the GPU alone), STEPS_CONFIG (a run's
-# config.yaml: after gpu-check, `scripts/step_profile.py` times a few of its steps per rollout
-# setting, alone, for at most STEPS_S seconds, default 150),
-# BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S (gpu-check's cap, 240),
+# config.yaml or FINDING@PROFILE: after gpu-check, `scripts/step_profile.py` times a few of its
+# steps per setting, alone, for at most STEPS_S seconds, default 150, with STEPS_ARGS passed on,
+# e.g. "--pool 4"), BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S
+# (gpu-check's cap, 240; 0 skips it),
 # RESERVE_S (what gpu-check leaves for the rest, 120).
 set -u
 bundle=$1 budget=$2 out=$3
@@ -82,10 +83,14 @@ else
   say "replicate-all: skipped, no make on this host"
 fi
 reserve=${RESERVE_S:-120} # kept for the bench and the archive
-cap=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
-timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
-say "gpu-check: exit $? (cap $cap s)"
-tail -15 "$ev/gpu-check.log"
+if [ "$CHECK_S" -gt 0 ]; then
+  cap=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
+  timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
+  say "gpu-check: exit $? (cap $cap s)"
+  tail -15 "$ev/gpu-check.log"
+else
+  say "gpu-check: skipped (CHECK_S=0)"
+fi
 
 # 3. stop the replication: Ctrl-C to its whole process group, then whatever is left. With
 # BENCH_ONLY=none it has the GPU to itself until 40 s before the budget ends.
@@ -106,8 +111,9 @@ fi
 if [ -n "${STEPS_CONFIG:-}" ]; then
   steps_s=${STEPS_S:-150}
   cap=$((steps_s + 30 < $(left) - 60 ? steps_s + 30 : $(left) - 60))
+  # shellcheck disable=SC2086 # STEPS_ARGS is a list of options
   timeout -k 10 $cap "$py" scripts/step_profile.py "$STEPS_CONFIG" "$ev/steps" --budget "$steps_s" \
-    >"$ev/steps.log" 2>&1
+    ${STEPS_ARGS:-} >"$ev/steps.log" 2>&1
   say "steps: exit $? (cap $cap s)"
   grep "^\[steps\]" "$ev/steps.log"
 fi

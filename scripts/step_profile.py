@@ -1,17 +1,25 @@
 """Where one training step's seconds go on this device: a few steps of one run's config, alone,
-once per setting (decoding cache, micro-batch packing), optionally with one update profiled
-(torch.profiler, top ops by device and host time).
+once per setting (decoding cache, batching, micro-batch packing), then optionally k copies of it
+trained at once on the device (`runs_per_device`), and optionally one update under torch.profiler.
 
-    python scripts/step_profile.py CONFIG.yaml OUT_DIR [--steps 4] [--budget 150] [--profile]
-                                   [--set KEY=VALUE ...]
+    python scripts/step_profile.py SOURCE OUT_DIR [--steps 4] [--budget 150] [--only A,B]
+                                   [--pool K] [--profile] [--set KEY=VALUE ...]
 
-Written for issue 18: the `quick` plan was sized at 0.23 s a step, and its first run measured about
-10 s a step on an H200 that `gpu-check` was sharing. This times the same config with the GPU to
-itself. Each setting's rows go to OUT_DIR/step_profile.json (and .md) as soon as it finishes, so a
-lease that ends early keeps what finished. No warm-up, validation, checkpoints or samples: the
-steps alone. With --profile the last step's update is profiled: on an H100 that made a 4.5 s update
-take 108 s (115k kernel launches recorded), so it is off unless asked for. The medians leave out
-step 0 (kernel selection, allocator growth) and, when profiled, the last step.
+SOURCE: a run's config.yaml, or FINDING@PROFILE (e.g. 01_instability@quick): that finding's first
+judged run (seed 0) under that profile, as `make replicate-all` would train it.
+
+Written for issue 18: the `quick` plan was sized at 0.23 s a step, and its first run took 10-13 s
+a step on an idle H100 (rollout 5 s with the dynamic cache; update 4-5 s, of which the GPU was busy
+0.6 s). This times the levers with the GPU to itself. Everything goes to OUT_DIR/step_profile.json
+as soon as it is measured, so a lease that ends early keeps what finished. No warm-up, validation
+or samples: the steps alone. The medians leave out step 0 (kernel selection, allocator growth).
+
+--pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` one at a time,
+then K at once (K spawned workers on the device, as `runs_per_device: K` would): steps per second
+of all runs, model loads and process starts included, as a grid pays them.
+--profile: the last step's update under torch.profiler (tables by device and host time). On an H100
+that made a 4.5 s update take 108 s, so it is off unless asked for, and that step is left out of
+the medians.
 """
 
 from __future__ import annotations
@@ -19,24 +27,47 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from ragen_lib import config, trainer
+from ragen_lib import config, experiments, trainer
 
-SETTINGS = {  # the config's own first; then the levers the H100's first profile pointed at
-    "config's own": {},
-    "static cache": {"rollout.kv_cache": "static"},
-    # The update was host-bound (0.6 s of GPU work in a 4.5 s update, 115k kernel launches):
+SETTINGS = {  # the quick and paper profiles' own first; the dynamic cache, measured already, last
+    "static": {"rollout.kv_cache": "static", "rollout.batching": "turn"},
+    # The update was host-bound (0.6 s of GPU work in a 4.5 s update, 137k kernel launches):
     # packing by shared prompt forwards the quick profile's 4 mini-batches of 16 rows in 6 packs,
     # without it in 4 (fewer launches, more tokens computed).
-    "static cache, one pack per mini-batch": {"rollout.kv_cache": "static", "train.shared_prefix": "false"},
-    "continuous batching, static cache": {"rollout.kv_cache": "static", "rollout.batching": "continuous"},
+    "static-one-pack": {
+        "rollout.kv_cache": "static",
+        "rollout.batching": "turn",
+        "train.shared_prefix": False,
+    },
+    "continuous-static": {"rollout.kv_cache": "static", "rollout.batching": "continuous"},
+    "dynamic": {"rollout.kv_cache": "dynamic", "rollout.batching": "turn"},
 }
 KEYS = ("time/rollout", "time/forward", "time/update", "time/step", "throughput/gen_tokens_per_s",
         "throughput/train_tokens_per_s", "policy/optimizer_steps", "rollout/answer_cut")  # fmt: skip
+
+
+def source_config(source: str) -> tuple[config.Config, str]:
+    """The Config SOURCE names (module docstring) and a line saying which run it is."""
+    if "@" not in source:
+        return config.load(source), source
+    finding, profile = source.split("@", 1)
+    _, runs = experiments.variants(finding, profile)
+    judged = [(c, labels) for c, labels in runs if labels.get("judged")] or runs
+    cfg, labels = judged[0]
+    return (
+        cfg,
+        f"{finding} under {profile}: {cfg.algo.name} on {cfg.env.name}, seed {cfg.train.seed}, {labels}",
+    )
+
+
+def with_overrides(cfg: config.Config, overrides: dict) -> config.Config:
+    return config.from_dict(cfg.to_dict(), overrides)
 
 
 def profiled(fn, when: int, out: Path, label: str):
@@ -66,48 +97,94 @@ def profiled(fn, when: int, out: Path, label: str):
     return wrapper
 
 
+def time_setting(cfg: config.Config, label: str, args, out: Path) -> dict:
+    original = trainer._update
+    if args.profile:
+        trainer._update = profiled(original, args.steps, out / "step_profile_update.txt", label)
+    ts = time.perf_counter()
+    try:
+        rows = trainer.train(cfg, run=None, progress=False)
+    finally:
+        trainer._update = original
+    later = (rows[1:-1] if args.profile and len(rows) >= 3 else rows[1:]) or rows
+    summary = {k: statistics.median(r[k] for r in later) for k in KEYS if k in later[0]}
+    print(f"[steps] {label}: " + ", ".join(f"{k} {v:.3g}" for k, v in summary.items()), flush=True)
+    return {
+        "wall_s": time.perf_counter() - ts,
+        "median_after_step_0": summary,
+        "steps": [{k: r.get(k) for k in KEYS} for r in rows],
+    }
+
+
+def pool_rate(cfg: config.Config, k: int, workers: int) -> dict:
+    """Steps per second of k runs (seeds 0..k-1) trained by `workers` processes on this device."""
+    cfgs = [with_overrides(cfg, {"train.seed": seed}) for seed in range(k)]
+    with tempfile.TemporaryDirectory() as root:
+        t0 = time.perf_counter()
+        experiments.run_grid(
+            root, f"pool-{workers}", cfgs, progress=False, slots=experiments.worker_slots(workers)
+        )
+        wall = time.perf_counter() - t0
+    rate = k * cfg.train.steps / wall
+    print(f"[steps] pool: {k} runs by {workers} worker(s): {wall:.1f} s, {rate:.3g} steps/s", flush=True)
+    return {"runs": k, "workers": workers, "wall_s": wall, "steps_per_s": rate}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("config")
+    ap.add_argument("source", help="a run's config.yaml, or FINDING@PROFILE")
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--budget", type=float, default=150.0, help="seconds; no new setting starts after it")
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds; nothing new starts after it")
+    ap.add_argument("--only", default="", help="comma-separated setting names (default: all)")
+    ap.add_argument("--pool", type=int, default=0, help="also time K runs at once against one at a time")
     ap.add_argument("--profile", action="store_true", help="profile the last step's update")
     ap.add_argument("--set", nargs="*", default=[], help="dotted overrides for every setting")
     args = ap.parse_args()
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(SETTINGS)
+    if unknown:
+        ap.error(f"unknown setting(s) {sorted(unknown)}; choose from: {'; '.join(SETTINGS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    base = [
-        f"train.steps={args.steps}", "train.val_every=0", "train.warmup=none",
-        "train.samples_every=0", *args.set,
-    ]  # fmt: skip
+    cfg, which = source_config(args.source)
+    base = {"train.steps": args.steps, "train.val_every": 0, "train.warmup": "none", "train.samples_every": 0}
+    cfg = config.from_dict(with_overrides(cfg, base).to_dict(), args.set)  # --set last: it wins
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    result = {"config": args.config, "overrides": base, "device": device, "settings": {}}
-    original = trainer._update
+    result = {
+        "source": which,
+        "overrides": {**base, "--set": args.set},
+        "device": device,
+        "settings": {},
+        "pool": [],
+    }
+    print(f"[steps] {which}; {device}", flush=True)
+
+    def save():
+        (out / "step_profile.json").write_text(json.dumps(result, indent=1, default=str))
+
     for label, extra in SETTINGS.items():
+        if only and label not in only:
+            continue
         if time.perf_counter() - t0 > args.budget:
             print(f"[steps] {label}: skipped, past the budget", flush=True)
             continue
-        cfg = config.load(args.config, [*base, *(f"{k}={v}" for k, v in extra.items())])
-        if args.profile:
-            trainer._update = profiled(original, args.steps, out / "step_profile_update.txt", label)
-        ts = time.perf_counter()
-        try:
-            rows = trainer.train(cfg, run=None, progress=False)
-        finally:
-            trainer._update = original
-        later = (rows[1:-1] if args.profile and len(rows) >= 3 else rows[1:]) or rows
-        summary = {k: statistics.median(r[k] for r in later) for k in KEYS if k in later[0]}
         result["settings"][label] = {
             "overrides": extra,
-            "wall_s": time.perf_counter() - ts,
-            "median_of_middle_steps": summary,
-            "steps": [{k: r.get(k) for k in KEYS} for r in rows],
+            **time_setting(with_overrides(cfg, extra), label, args, out),
         }
-        print(f"[steps] {label}: " + ", ".join(f"{k} {v:.3g}" for k, v in summary.items()), flush=True)
-        (out / "step_profile.json").write_text(json.dumps(result, indent=1))
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        save()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if args.pool > 1:
+        for workers in (1, args.pool):
+            if time.perf_counter() - t0 > args.budget:
+                print(f"[steps] pool, {workers} worker(s): skipped, past the budget", flush=True)
+                continue
+            result["pool"].append(pool_rate(cfg, args.pool, workers))
+            save()
+    save()
 
 
 if __name__ == "__main__":
