@@ -14,9 +14,10 @@ a step on an idle H100 (rollout 5 s with the dynamic cache; update 4-5 s, of whi
 as soon as it is measured, so a lease that ends early keeps what finished. No warm-up, validation
 or samples: the steps alone. The medians leave out step 0 (kernel selection, allocator growth).
 
---pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` one at a time,
-then K at once (K spawned workers on the device, as `runs_per_device: K` would): steps per second
-of all runs, model loads and process starts included, as a grid pays them.
+--pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` one at a time
+(in this process, as `runs_per_device: 1` does), then K at once (K spawned workers on the device, as
+`runs_per_device: K` would): steps per second of all runs, model loads included, and for the K
+workers their process starts too, as a grid pays them (so the comparison leans against pooling).
 --profile: the last step's update under torch.profiler (tables by device and host time). On an H100
 that made a 4.5 s update take 108 s, so it is off unless asked for, and that step is left out of
 the medians.
