@@ -107,7 +107,7 @@ if [ -n "$rep" ]; then
   tail -25 "$ev/replicate.log"
 fi
 
-# 3b. a few steps of one run's config, alone, per rollout setting, one update profiled
+# 3b. a few steps of one run's config, alone, per setting (and what STEPS_ARGS asks: --pool, --profile)
 if [ -n "${STEPS_CONFIG:-}" ]; then
   steps_s=${STEPS_S:-150}
   cap=$((steps_s + 30 < $(left) - 60 ? steps_s + 30 : $(left) - 60))
