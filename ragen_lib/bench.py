@@ -139,6 +139,7 @@ def header(device: str, model: str, quick: bool) -> dict:
         "transformers": transformers.__version__,
         "trl": _version("trl"),
         "python": platform.python_version(),
+        "torch threads": torch.get_num_threads(),  # OMP_NUM_THREADS, where set, decides it on CPU
         "commit": runs.git_commit(),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
@@ -1061,13 +1062,11 @@ def trl_step_times(name: str, device: str, size: dict, n: int, setup: dict) -> l
 # ----------------------------------------------------------------------------------------------
 def measure_runs_per_device(name: str, device: str, size: dict) -> list[Row]:
     """The same max(pool_runs) training runs (Sokoban, this size, `pool_steps` steps, seeds 0…),
-    trained through `experiments.run_grid` with k workers per device for each k of `pool_runs`:
-    wall time from the first spawn to the last DONE, model loads included (a grid pays them too),
-    and runs' steps per second over all of them. The k with the highest rate is what a profile's
-    `runs_per_device` should say for this device; on a GPU, whether CUDA MPS was running is noted
-    (without it the runs' kernels time-share the GPU instead of running side by side)."""
-    from ragen_lib import experiments
-
+    trained as a grid with `runs_per_device: k` trains them, for each k of `pool_runs` (`grid_rate`:
+    k = 1 in this process, more in spawned workers): runs' steps per second over all of them, model
+    loads included. The k with the highest rate is what a profile's `runs_per_device` should say
+    for this device; on a GPU, whether CUDA MPS was running is noted (without it the runs' kernels
+    time-share the GPU instead of running side by side)."""
     n = max(size["pool_runs"])
     cfgs = [
         train_config(name, device, size, steps=size["pool_steps"], extra={"train": {"seed": seed}})
@@ -1076,23 +1075,44 @@ def measure_runs_per_device(name: str, device: str, size: dict) -> list[Row]:
     shape = f"{n} runs × {size['pool_steps']} steps (Sokoban {size['groups']}×{size['group_size']})"
     mps = f"; CUDA MPS {'on' if mps_running() else 'off'}" if device.startswith("cuda") else ""
     rows, base = [], None
-    # Every k runs in spawned workers, k = 1 too: each pays the same process starts and model loads,
-    # gets the threads a grid's slots give it (on CPU the cores split k ways), and none shares a
-    # process with this one, whose heap the earlier sections grew (beside two 8.5 GB CPU workers,
-    # a 24 GiB machine ran out of memory). Give that heap back to the system first.
-    _trim_host_memory()
     for k in size["pool_runs"]:
-        with tempfile.TemporaryDirectory() as root:
-            t0 = time.perf_counter()
-            experiments.run_grid(root, f"pool-{k}", cfgs, progress=False, slots=experiments.worker_slots(k))
-            wall = time.perf_counter() - t0
-        rate = n * size["pool_steps"] / wall
+        wall, rate = grid_rate(cfgs, k)
         base = base or rate
         note = f"{shape}, wall {wall:.1f} s{mps}"
         rows.append(
             Row(f"runs per device {k}: steps/s of all runs", rate, "steps/s", vs_naive=rate / base, note=note)
         )
     return rows
+
+
+def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
+    """Wall seconds, and steps per second of all runs, of `cfgs` trained through
+    `experiments.run_grid` (in a scratch folder) with `runs_per_device` worker slots per device, as a
+    grid with that setting trains them: one slot trains in this process, two or more in that many
+    spawned workers whose process starts and imports count, as a grid pays them (the comparison
+    leans against pooling). Model loads count in both.
+
+    On CPU every k gets the whole machine's cores: the k slots split them, and the one slot's
+    share (all of them) is set on this process for the run, which may run under fewer (the full
+    CPU bench runs under OMP_NUM_THREADS=1; k = 1 would otherwise get half of k = 2's cores)."""
+    from ragen_lib import experiments
+
+    slots = experiments.worker_slots(runs_per_device)
+    threads = torch.get_num_threads()
+    # Earlier sections, and a k = 1 run here, grow this process's heap, which sits beside the k >= 2
+    # workers (beside two 8.5 GB CPU workers, a 24 GiB machine ran out of memory): give it back.
+    _trim_host_memory()
+    try:
+        if len(slots) == 1 and "OMP_NUM_THREADS" in slots[0]:
+            torch.set_num_threads(int(slots[0]["OMP_NUM_THREADS"]))
+        with tempfile.TemporaryDirectory() as root:
+            t0 = time.perf_counter()
+            experiments.run_grid(root, f"pool-{runs_per_device}", cfgs, progress=False, slots=slots)
+            wall = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+        _trim_host_memory()
+    return wall, sum(c.train.steps for c in cfgs) / wall
 
 
 def _trim_host_memory() -> None:

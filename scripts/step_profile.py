@@ -28,13 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from ragen_lib import config, experiments, trainer
+from ragen_lib import bench, config, experiments, trainer
 
 SETTINGS = {  # the quick and paper profiles' own first; the dynamic cache, measured already, last
     "static": {"rollout.kv_cache": "static", "rollout.batching": "turn"},
@@ -118,15 +117,8 @@ def time_setting(cfg: config.Config, label: str, args, out: Path) -> dict:
 
 
 def pool_rate(cfg: config.Config, k: int, workers: int) -> dict:
-    """Steps per second of k runs (seeds 0..k-1) trained by `workers` processes on this device."""
-    cfgs = [with_overrides(cfg, {"train.seed": seed}) for seed in range(k)]
-    with tempfile.TemporaryDirectory() as root:
-        t0 = time.perf_counter()
-        experiments.run_grid(
-            root, f"pool-{workers}", cfgs, progress=False, slots=experiments.worker_slots(workers)
-        )
-        wall = time.perf_counter() - t0
-    rate = k * cfg.train.steps / wall
+    """Steps per second of k runs (seeds 0..k-1) trained by `workers` slots on this device."""
+    wall, rate = bench.grid_rate([with_overrides(cfg, {"train.seed": seed}) for seed in range(k)], workers)
     print(f"[steps] pool: {k} runs by {workers} worker(s): {wall:.1f} s, {rate:.3g} steps/s", flush=True)
     return {"runs": k, "workers": workers, "wall_s": wall, "steps_per_s": rate}
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import types
 
 import pytest
@@ -351,18 +352,30 @@ def test_a_warning_of_the_static_decoder_is_noted_once(tiny, monkeypatch):
     assert static.note.count("CUDA graph capture failed here") == 1, static.note
 
 
-def test_every_runs_per_device_k_trains_in_spawned_workers(monkeypatch):
-    """k = 1 as well: each k pays the same process starts and gets the threads a grid's slots give
-    it, and none trains in the bench's own (grown) process."""
+def test_each_runs_per_device_k_trains_as_a_grid_with_that_setting(monkeypatch):
+    """Each k goes through run_grid with the slots `runs_per_device: k` gives a grid, so the table
+    compares what a profile would choose between. On CPU each k gets the whole machine: k = 1 trains
+    in this process (run_grid spawns no worker for one slot) under all the cores, though the bench
+    runs under fewer, and the bench's own thread count comes back after."""
     from ragen_lib import experiments
 
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
     calls = []
-    monkeypatch.setattr(
-        experiments, "run_grid", lambda root, name, cfgs, progress, slots: calls.append(slots)
-    )
+
+    def grid(root, name, cfgs, progress, slots):
+        calls.append((slots, torch.get_num_threads()))
+
+    monkeypatch.setattr(experiments, "run_grid", grid)
     size = {**bench.SIZES["quick"], "pool_runs": (1, 2)}
-    rows = bench.measure_runs_per_device(models.TINY_RANDOM, "cpu", size)
-    assert calls == [experiments.worker_slots(1), experiments.worker_slots(2)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as under the full CPU bench's OMP_NUM_THREADS=1
+    try:
+        rows = bench.measure_runs_per_device(models.TINY_RANDOM, "cpu", size)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert calls == [(experiments.worker_slots(1), 4), (experiments.worker_slots(2), 1)]
+    assert experiments.worker_slots(2) == [{"OMP_NUM_THREADS": "2"}] * 2
     assert [r.what for r in rows] == [f"runs per device {k}: steps/s of all runs" for k in (1, 2)]
 
 
