@@ -39,6 +39,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ragen_lib import config, models, runs
@@ -339,10 +340,14 @@ def run_grid(
     `train_fn(cfg, run)` does the work, holding the run's lock, and resumes through `run.resume()`.
 
     `slots`: one dict of environment variables per worker process, e.g. {"CUDA_VISIBLE_DEVICES": "0"}
-    twice to pack two runs on GPU 0, or {"OMP_NUM_THREADS": "1"} per CPU core. With two or more,
-    runs go to a pool of that many spawned processes (train_fn must then be a module-level
-    function). A failed run does not stop the others; the first failure is raised at the end. A
-    finished run whose files disagree with its DONE is not reused and counts as a failure.
+    twice to pack two runs on GPU 0, or {"OMP_NUM_THREADS": "1"} per CPU core. With two or more
+    slots and two or more runs left to train, runs go to a pool of that many spawned processes
+    (train_fn must then be a module-level function); with one slot, or one run left, they train
+    in this process. A failed run does not stop the others; its traceback is printed where it
+    fails and the first failure is raised at the end. A worker process that dies (the OOM killer, a
+    segfault) breaks the pool: its runs go to a fresh pool and resume, and a run in flight at
+    MAX_POOL_BREAKS breaks fails. A finished run whose files disagree with its DONE is not reused
+    and counts as a failure; one that still holds a checkpoint (a crash after its DONE) loses it.
 
     Ctrl-C or SIGTERM cancels the queued runs, stops the workers and raises KeyboardInterrupt
     (GridInterrupted for SIGTERM) within seconds; the runs in progress resume on the next call.
@@ -361,6 +366,10 @@ def run_grid(
         except (runs.CorruptRunError, OSError, ValueError) as e:
             print(f"not reused: {e}")
             failures.append((path, e))
+            continue
+        if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
+            with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
+                _drop_stale_checkpoint(run)
     for name in sorted({cfg.model.name for cfg, _ in todo}):
         models.check(name)  # one clear error before any run starts, not one failed run per grid point
     bar = tqdm(
@@ -380,7 +389,6 @@ def run_grid(
                     print(f"interrupted: {path} stopped mid-run (resumable: rerun to continue)")
                     raise
                 except Exception as e:  # as in the pool: one run's failure must not cost the others
-                    traceback.print_exc()
                     print(f"run failed: {path} ({e!r}); its metrics and last checkpoint are kept: rerun")
                     failures.append((path, _release(e)))
                 bar.update()
@@ -393,6 +401,17 @@ def run_grid(
             "above names any repair a run needs)."
         ) from failures[0][1]
     return paths
+
+
+def _drop_stale_checkpoint(run: runs.Run) -> None:
+    """Remove the checkpoint a finished run still holds: `mark_done` writes DONE and then removes
+    ckpt/, and a crash between the two leaves gigabytes that nothing else removes."""
+    freed = run.drop_stale_checkpoint()
+    if freed:
+        print(
+            f"removed the leftover checkpoint of finished run {run.path} ({freed / 1e6:.0f} MB; a crash "
+            "came after its DONE was written)"
+        )
 
 
 def _release(error: BaseException) -> BaseException:
@@ -433,35 +452,99 @@ def _signals_interrupt():
 
 
 def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseException]]:
+    """Train `todo` in a pool of spawned workers, one per slot. A worker that dies abruptly (the OOM
+    killer, a segfault, os._exit) breaks the whole pool and fails every run in it: those runs go to a
+    fresh pool (they resume from their checkpoints), and one in flight at MAX_POOL_BREAKS breaks fails."""
+    failures: list[tuple[Path, BaseException]] = []
+    breaks: dict[Path, int] = {}
+    while todo:
+        todo = _pool_round(todo, train_fn, slots, bar, failures, breaks)
+    return failures
+
+
+MAX_POOL_BREAKS = 2
+"""Pool breaks a run may be in flight for before it is failed: one break may be another run's doing
+(the pool kills every worker when one dies), a second says this run likely kills its worker."""
+
+
+def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: dict[Path, int]) -> list:
+    """One pool over `todo`; returns the runs a broken pool lost, to train again in a fresh one."""
     # spawn, not fork: a forked CUDA context or a forked torch thread pool is unusable.
     ctx = multiprocessing.get_context("spawn")
-    free = ctx.Queue()
+    free = ctx.Queue()  # fresh each round: a dead worker never gives its slot back
     for slot in slots:
         free.put(dict(slot))
-    failures = []
+    started = ctx.SimpleQueue()  # written at once (no feeder thread), so a worker dying next still tells
     pool = ProcessPoolExecutor(
-        len(slots), mp_context=ctx, initializer=_start_worker, initargs=(free, os.getpid())
+        len(slots), mp_context=ctx, initializer=_start_worker, initargs=(free, started, os.getpid())
     )
-    futures = {pool.submit(_train_one, train_fn, cfg, str(path)): path for cfg, path in todo}
-    pending = set(futures)
+    futures = {pool.submit(_pool_train, train_fn, cfg, str(path)): (cfg, path) for cfg, path in todo}
+    pending, lost, began = set(futures), [], set()
     try:
         while pending:
             # Timed: the kernel may hand Ctrl-C or SIGTERM to one of the pool's helper threads, which
             # only flags it for the main thread; an untimed wait would sit out the running runs.
             done, pending = wait(pending, timeout=SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
+            began |= _drain(started)  # read as it comes: a full pipe would block the workers
             for fut in sorted(done, key=list(futures).index):  # grid order when several finish at once
-                if fut.exception() is not None:
+                path, error = futures[fut][1], fut.exception()
+                if isinstance(error, BrokenProcessPool):
+                    lost.append(futures[fut])
+                    continue
+                if error is not None:
                     print(
-                        f"run failed: {futures[fut]} ({fut.exception()!r}); its metrics and last "
-                        "checkpoint are kept: rerun to resume"
+                        f"run failed: {path} ({error!r}); its metrics and last checkpoint are kept: "
+                        "rerun to resume"
                     )
-                    failures.append((futures[fut], fut.exception()))
+                    failures.append((path, error))
                 bar.update()
     except BaseException:  # Ctrl-C, SIGTERM (GridInterrupted), or anything else: stop everything now
         _stop_pool(pool, futures)
         raise
     pool.shutdown(wait=True)
-    return failures
+    return _requeue(lost, began | _drain(started), failures, breaks, bar)
+
+
+def _drain(started) -> set[str]:
+    """The run folders that workers have reported starting since the last call."""
+    paths = set()
+    while not started.empty():
+        paths.add(started.get())
+    return paths
+
+
+def _requeue(lost: list, began: set[str], failures: list, breaks: dict[Path, int], bar) -> list:
+    """The runs of a broken pool to train again. A break counts against the runs in flight (a run
+    still queued is requeued whatever happened), or against every lost run when none had started
+    (a worker that dies before training anything), so a grid always ends."""
+    if not lost:
+        return []
+    in_flight = [path for _, path in lost if str(path) in began] or [path for _, path in lost]
+    for path in in_flight:
+        breaks[path] = breaks.get(path, 0) + 1
+    requeue = []
+    for cfg, path in lost:
+        if breaks.get(path, 0) < MAX_POOL_BREAKS:
+            requeue.append((cfg, path))
+            continue
+        error = WorkerDied(
+            f"{path}: the worker process training it died {breaks[path]} times (the OOM killer: check "
+            "`dmesg`; a crash in native code; or os._exit in the training code); its metrics and last "
+            "checkpoint are kept: rerun to resume, with fewer runs_per_device if memory ran out"
+        )
+        print(f"run failed: {error}")
+        failures.append((path, error))
+        bar.update()
+    again = f"{len(requeue)} run(s) requeued in a fresh pool, to resume from their checkpoints"
+    print(
+        f"a grid worker process died and broke the pool ({len(in_flight)} run(s) were in flight): "
+        + (again if requeue else "no run left to requeue")
+    )
+    return requeue
+
+
+class WorkerDied(RuntimeError):
+    """A run's worker process died abruptly (killed, crashed) each time it trained the run."""
 
 
 SIGNAL_POLL_S = 0.5
@@ -497,9 +580,15 @@ def _stop_pool(pool: ProcessPoolExecutor, futures: dict) -> None:
     )
 
 
-def _start_worker(free, parent: int) -> None:
+_STARTED = None
+"""In a pool worker: where `_pool_train` tells the grid which run it starts (`_start_worker` sets it)."""
+
+
+def _start_worker(free, started, parent: int) -> None:
     """Pool initializer: this worker dies with its parent, leaves Ctrl-C to the parent (a terminal
     sends SIGINT to the whole process group) and takes one slot's environment for its whole life."""
+    global _STARTED
+    _STARTED = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
     env = free.get()
@@ -526,13 +615,26 @@ def _die_with_parent(parent: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
 
 
+def _pool_train(train_fn, cfg: config.Config, path: str) -> None:
+    """What a pool worker runs: it says first which run it starts, so that when a worker dies and
+    breaks the pool, the grid can tell the runs in flight from those still queued."""
+    _STARTED.put(path)
+    _train_one(train_fn, cfg, path)
+
+
 def _train_one(train_fn, cfg: config.Config, path: str) -> None:
-    """Train one run holding its lock (a second process on the same run is refused)."""
-    with runs.Run(Path(path), cfg) as run:
-        if run.done:  # finished by another process since the grid looked
-            run.check_done()
-            return
-        train_fn(cfg, run)
+    """Train one run holding its lock (a second process on the same run is refused). A failure's
+    traceback is printed here, where it happens: a worker hands the grid only the exception."""
+    try:
+        with runs.Run(Path(path), cfg) as run:
+            if run.done:  # finished by another process since the grid looked
+                run.check_done()
+                _drop_stale_checkpoint(run)
+                return
+            train_fn(cfg, run)
+    except Exception:
+        traceback.print_exc()
+        raise
 
 
 # ----------------------------------------------------------------------------------------------

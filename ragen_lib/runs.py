@@ -23,7 +23,8 @@ What it promises (docs/RELIABILITY.md lists the tests that hold it to it):
 - Every inconsistency is an error naming the file, what is wrong and the command that repairs it
   (`python -m ragen_lib repair RUN`, which moves files aside and never deletes results).
 - Bounded disk: one checkpoint per unfinished run; a finished run keeps its metrics and samples
-  (and its final weights only with `train.keep_final_weights`).
+  (and its final weights only with `train.keep_final_weights`); a checkpoint a crash left beside
+  DONE is removed by `drop_stale_checkpoint` (the grid calls it when it reuses the run).
 
 This module is the store only: grids and worker processes live in `experiments`.
 """
@@ -349,7 +350,16 @@ class Run:
     # --- config -------------------------------------------------------------------------------
     def saved_config(self) -> dict:
         """config.yaml as a dict (read strictly: errors name the file and line)."""
-        data = config.read_yaml(self.path / "config.yaml")
+        cfg_file = self.path / "config.yaml"
+        try:
+            data = config.read_yaml(cfg_file)
+        except ValueError as e:  # a YAML error names the file and line; bytes that are not UTF-8 do not
+            problem = str(e) if str(e).startswith(str(cfg_file)) else f"{cfg_file}: {e}"
+            raise CorruptRunError(
+                f"{problem}. The run's config.yaml does not parse: `{repair_command(self.path)}` restores "
+                "it from the config the run recorded in DONE or its checkpoint (the damaged file is kept "
+                "in quarantine/)"
+            ) from None
         if not isinstance(data, dict):
             raise CorruptRunError(
                 f"{self.path / 'config.yaml'} is not a config mapping; `{repair_command(self.path)}`"
@@ -565,7 +575,18 @@ class Run:
             **_plain(summary or {}),
         }
         _atomic_write(self.path / DONE, json.dumps(info))
-        shutil.rmtree(self.path / CKPT, ignore_errors=True)
+        shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
+
+    def drop_stale_checkpoint(self) -> int:
+        """Remove the ckpt/ of a finished run and return the bytes freed (0: there was none). A
+        crash between mark_done's DONE and its removal of ckpt/ leaves one, which nothing resumes."""
+        ck = self.path / CKPT
+        if not self.done or not ck.exists():
+            return 0
+        self._writer()
+        freed = disk_usage(ck)
+        shutil.rmtree(ck, ignore_errors=True)
+        return freed
 
     # --- metrics and samples ---------------------------------------------------------------
     def _append(self, name: str, lines: list[dict]) -> None:

@@ -168,7 +168,7 @@ def test_run_grid_one_at_a_time_keeps_going_after_a_failure_and_frees_it(tmp_pat
     assert isinstance(info.value.__cause__, RuntimeError) and str(info.value.__cause__) == "diverged"
     out = capsys.readouterr()
     assert f"run failed: {runs.run_dir(tmp_path, 'f', cfgs[0])}" in out.out
-    assert "Traceback" in out.err and "diverged" in out.err  # where it failed, printed at once
+    assert out.err.count("Traceback (most recent call last)") == 1 and "diverged" in out.err  # printed once
     assert not Run(runs.run_dir(tmp_path, "f", cfgs[0]), cfgs[0]).done
     assert Run(runs.run_dir(tmp_path, "f", cfgs[1]), cfgs[1]).done  # trained after the failure
 
@@ -182,7 +182,7 @@ def pooled_train(cfg, run):
     run.mark_done()
 
 
-def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_path):
+def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_path, capfd):
     cfgs = seeds(0, 1, 2, 99)
     slots = [{"RAGEN_TEST_SLOT": "a"}, {"RAGEN_TEST_SLOT": "b"}]
     with pytest.raises(RuntimeError, match="1 of 4 runs failed"):
@@ -191,6 +191,80 @@ def test_run_grid_pool_uses_every_slot_env_and_keeps_going_after_a_failure(tmp_p
     assert sorted(set(df["cfg.train.seed"])) == [0, 1, 2]  # the three good runs finished despite the failure
     assert set(df["slot"]) <= {"a", "b"} and os.getpid() not in set(df["pid"])
     assert not Run(runs.run_dir(tmp_path, "f", cfgs[3]), cfgs[3]).done
+    # the worker prints where the run failed, once, as a grid run one at a time does (it printed none)
+    err = capfd.readouterr().err
+    assert err.count("Traceback (most recent call last)") == 1, err
+    assert "in pooled_train" in err and "RuntimeError: diverged" in err
+
+
+def dying_train(cfg, run):
+    """Seed 98 kills its worker process (as the OOM killer would) every time it trains: the first
+    time as soon as another run has finished, while one is in flight and the rest are queued; the
+    second time once all four others have finished, so that no other run is in flight then. The
+    others take a moment each and resume as a real run does (one may be killed mid-run)."""
+    if cfg.train.seed != 98:
+        run.resume()
+        time.sleep(0.3)
+        return pooled_train(cfg, run)
+    root = Path(run.path).parent
+    attempts = root.parent.parent / "attempts"
+    first = not attempts.exists()
+    attempts.touch()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = [p for p in root.iterdir() if (p / runs.DONE).exists() and not (p / runs.LOCK).read_text()]
+        if len(done) >= (1 if first else 4):
+            break
+        time.sleep(0.05)
+    if not first:
+        time.sleep(1.0)  # the last run's worker hands back its result before this one dies
+    os._exit(1)
+
+
+def test_a_worker_that_dies_breaks_the_pool_only_for_its_own_run(tmp_path, capfd):
+    """A worker that dies abruptly (OOM killer, segfault) broke the pool: every run in flight or
+    queued failed with BrokenProcessPool. Now the lost runs go to a fresh pool, and only the run in
+    flight at both breaks fails, saying its worker died."""
+    cfgs = seeds(98, 0, 1, 2, 3)
+    slots = [{"RAGEN_TEST_SLOT": "a"}, {"RAGEN_TEST_SLOT": "b"}]
+    dying = runs.run_dir(tmp_path, "f", cfgs[0])
+    with pytest.raises(RuntimeError, match=rf"^1 of 5 runs failed \({dying.name}\); the others") as info:
+        experiments.run_grid(tmp_path, "f", cfgs, dying_train, progress=False, slots=slots)
+    assert isinstance(info.value.__cause__, experiments.WorkerDied)
+    for cfg in cfgs[1:]:
+        assert Run(runs.run_dir(tmp_path, "f", cfg), cfg).done  # queued or in flight at a break, trained
+    assert not Run(dying, cfgs[0]).done
+    out = capfd.readouterr().out
+    breaks = re.findall(r"a grid worker process died and broke the pool .*", out)
+    assert len(breaks) == 2 and "requeued in a fresh pool" in breaks[0], out  # one line per break
+    assert breaks[1].endswith("no run left to requeue")
+    assert re.search(rf"run failed: {re.escape(str(dying))}: the worker process .* died 2 times .*dmesg", out)
+
+
+def test_a_checkpoint_left_beside_a_done_is_removed_when_the_grid_reuses_the_run(
+    tmp_path, capsys, monkeypatch
+):
+    """mark_done writes DONE, then removes ckpt/: a crash between the two left a checkpoint (GBs on a
+    GPU) that nothing removed, since the grid skips finished runs and repair found nothing wrong."""
+    calls = []
+
+    def train(cfg, run):
+        calls.append(cfg.train.seed)
+        for s in range(cfg.train.steps):
+            run.log(s, {"a": s})
+        run.save_checkpoint(cfg.train.steps - 1, {"w": [1.0] * 1000})
+        run.mark_done()
+
+    cfgs = seeds(0)
+    path = runs.run_dir(tmp_path, "f", cfgs[0])
+    with monkeypatch.context() as crash:  # the process dies after DONE, before the checkpoint goes
+        crash.setattr(runs.shutil, "rmtree", lambda *a, **k: None)
+        experiments.run_grid(tmp_path, "f", cfgs, train, progress=False)
+    assert (path / runs.DONE).exists() and list((path / runs.CKPT).glob("step_*.pt"))
+    experiments.run_grid(tmp_path, "f", cfgs, train, progress=False)
+    assert calls == [0] and not (path / runs.CKPT).exists()  # reused, its checkpoint gone
+    assert f"removed the leftover checkpoint of finished run {path}" in capsys.readouterr().out
+    assert Run(path).problems() == [] and not (path / runs.LOCK).read_text()  # finished, lock released
 
 
 def test_dict_valued_grid_keys_cross_a_variant_list_and_profiles_gate_variants(tmp_path):

@@ -342,6 +342,35 @@ def test_hand_edited_config_is_explained_and_repair_restores_it(tmp_path):
         assert again.resume()[0] == 5
 
 
+def test_a_config_yaml_that_no_longer_parses_names_the_repair_and_repair_restores_it(tmp_path, capsys):
+    """A damaged config.yaml raised a plain ValueError that named no repair (and the CLI printed a
+    traceback), though `repair` restores it from the config the checkpoint recorded."""
+    from ragen_lib.__main__ import main
+
+    cfg = config.from_dict(CFG.to_dict(), {"model.name": "tiny-random"})
+    run = trained(runs.run_dir(tmp_path, "adhoc", cfg), 5, cfg=cfg)
+    run.close()
+    cfg_file = run.path / "config.yaml"
+    cfg_file.write_text(cfg_file.read_text() + "train: [\n")
+    for open_it in (lambda: Run(run.path, cfg), lambda: Run(run.path).steps):
+        with pytest.raises(CorruptRunError) as e:
+            open_it()
+        msg = str(e.value)
+        assert (
+            msg.startswith(f"{cfg_file}, line ") and "does not parse" in msg and f"repair {run.path}" in msg
+        )
+    cfg_path = tmp_path / "c.yaml"
+    config.save(cfg, cfg_path)
+    assert main(["run", str(cfg_path), "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"error: {cfg_file}, line ") and f"repair {run.path}" in err and "Traceback" not in err
+    )
+    assert "restored" in Run(run.path).repair()[0]
+    with Run(run.path, cfg) as again:  # the recorded config again: resumes where it was
+        assert again.resume()[0] == 5
+
+
 # --- a planted pickle --------------------------------------------------------------------------------
 class Planted:
     """Unpickling this runs a shell command (what weights_only=False allowed)."""
