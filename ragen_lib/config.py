@@ -256,6 +256,14 @@ class AlgoConfig:
         _choice("algo.apo_reward_scale", self.apo_reward_scale, ("range", "none"))
         if self.advantage == "gae" and not self.critic:
             raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
+        if self.critic and self.advantage != "gae":
+            # Only GAE reads the values; a critic beside grpo or apo costs a model copy and its
+            # updates for nothing (verl turns it off for GRPO: ray_trainer.py:283-289).
+            raise ValueError(
+                f"algo.critic=true with algo.advantage={self.advantage}: only gae uses a critic, so it "
+                f"would train a value model nothing reads. Add algo.critic=false (e.g. StarPO-S with GRPO, "
+                f"RAGEN's sokoban-s-grpo: algo.name=starpo-s algo.advantage=grpo algo.critic=false)"
+            )
 
     @property
     def label(self) -> str:

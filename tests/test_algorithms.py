@@ -164,6 +164,9 @@ def test_kl_estimators_by_hand():
     assert_close(A.kl_penalty(lp, ref, "k1"), torch.log(t(2)))
     assert_close(A.kl_penalty(lp, ref, "k2"), 0.5 * torch.log(t(2)) ** 2)
     assert_close(A.kl_penalty(lp, ref, "k3"), t(0.5 - 1 + math.log(2)))
+    # d = −3: exp(3) + (−3) − 1 = 16.09, clamped at 10 as verl's low_var_kl; d = −2: 4.39, kept
+    far = A.kl_penalty(t([[-3.0, -2.0]]), t([[0.0, 0.0]]), "k3")
+    assert_close(far, t([[10.0, math.exp(2) - 3]]))
     with pytest.raises(ValueError, match="k3"):
         A.kl_penalty(lp, ref, "k4")
 

@@ -90,6 +90,9 @@ def test_a_preset_resolves_wherever_the_config_is_built():
         assert set(preset) == set(config.PRESET_FIELDS), name  # each preset states the whole algorithm
     assert config.AlgoConfig(name="apo").label == "apo"
     assert config.AlgoConfig(name="starpo-s", advantage="grpo", critic=False).label == "starpo-s+grpo"
+    # the preset's critic beside an estimator that never reads it: an error naming the fix
+    with pytest.raises(ValueError, match="only gae uses a critic.*Add algo.critic=false"):
+        config.AlgoConfig(name="starpo-s", advantage="grpo")
 
 
 @pytest.mark.parametrize(

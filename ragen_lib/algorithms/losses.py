@@ -99,8 +99,13 @@ def _k2(d):
     return 0.5 * d**2
 
 
+K3_MAX = 10.0
+"""verl clamps k3 (`low_var_kl`) to [−10, 10] (core_algos.py:377 at 797f999); as there: one token
+far below the reference (d < −2.4) would otherwise weigh exp(−d) in the penalty."""
+
+
 def _k3(d):
-    return torch.exp(-d) + d - 1  # = π_ref/π − 1 − log(π_ref/π)
+    return (torch.exp(-d) + d - 1).clamp(max=K3_MAX)  # = π_ref/π − 1 − log(π_ref/π), ≥ 0
 
 
 KL_ESTIMATORS = {"k1": _k1, "k2": _k2, "k3": _k3}
@@ -110,7 +115,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k1") -> 
     """Per-token estimators of KL(π ‖ π_ref) from samples of π (Schulman 2020, "Approximating KL").
 
     With d = log π − log π_ref: k1 = d (unbiased, can be negative); k2 = ½d² (biased, low
-    variance, ≥ 0); k3 = exp(−d) + d − 1 = π_ref/π − 1 − log(π_ref/π) (unbiased, always ≥ 0).
+    variance, ≥ 0); k3 = exp(−d) + d − 1 = π_ref/π − 1 − log(π_ref/π) (unbiased, always ≥ 0),
+    clamped at K3_MAX as verl's `low_var_kl` is.
     No reduction: (B, T) → (B, T); mask and average with `masked_mean`.
     """
     if kind not in KL_ESTIMATORS:
