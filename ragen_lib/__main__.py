@@ -361,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--root", default=None, help="run store (default: outputs/<profile> or $RAGEN_OUTPUTS)")
     plan.add_argument("--finding", nargs="*", default=[], help="only these findings (default: all)")
     plan.add_argument(
-        "--device", default=None, help="cuda or cpu: the dtype of checkpoints (default: this host)"
+        "--device",
+        default=None,
+        help="cuda or cpu: whose measured step time (outputs/bench) the minutes use "
+        "(default: cuda, unless the runs' model.device is cpu)",
     )
     plan.add_argument(
         "--no-check", action="store_true", help="print the plan, do not compare with free space"

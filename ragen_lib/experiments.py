@@ -305,9 +305,8 @@ def run_finding(
     t0 = time.perf_counter()
     slots = worker_slots(load_profile(profile)["runs_per_device"])
     run_grid(root, finding, cfgs, train_quietly, progress=progress, slots=slots)
-    df = runs.load(root, finding)
     wanted = {runs.run_dir(root, finding, c).name: labels for c, (_, labels) in zip(cfgs, pairs)}
-    df = df[df["run_id"].isin(wanted)].copy()  # other grids' leftovers in the folder are ignored
+    df = runs.load(root, finding, run_ids=set(wanted))  # other grids' leftovers are not even read
     for key in {k for labels in wanted.values() for k in labels}:
         df[key] = df["run_id"].map(lambda r, k=key: wanted[r].get(k))
     df["profile"] = profile
@@ -681,8 +680,8 @@ def _dtype_bytes(cfg: config.Config, device: str | None = None) -> int:
 
 def checkpoint_bytes(cfg: config.Config, device: str | None = None) -> int:
     """One checkpoint of `cfg` (trainer._checkpoint): policy + its two Adam moments, the critic and
-    its two moments when there is one, the reference after a warm-up, in the model's dtype, plus
-    the metrics copy. Checked against a written checkpoint in tests/test_experiments.py."""
+    its two moments when there is one, the reference after a warm-up, all float32 (`_dtype_bytes`),
+    plus the metrics copy. Checked against a written checkpoint in tests/test_experiments.py."""
     policy, critic = model_size(cfg.model.name)
     params = (
         3 * policy + (3 * critic if cfg.algo.critic else 0) + (policy if cfg.train.warmup != "none" else 0)

@@ -528,8 +528,15 @@ class Run:
         if not self.done:
             return []
         out = []
-        if self.done_info() is None:
+        info = self.done_info()
+        if info is None:
             out.append(f"{self.path / DONE} is not a JSON summary")
+        elif info.get("config_hash", self.config_hash) != self.config_hash:  # old DONEs: no hash
+            out.append(
+                f"{self.path / DONE} records config {info['config_hash']}, not this run's {self.config_hash}"
+            )
+        elif info.get("steps", self.steps) != self.steps:
+            out.append(f"{self.path / DONE} records {info['steps']} steps, not this run's {self.steps}")
         try:
             rows, tail = self._read("metrics.jsonl")
         except CorruptRunError as e:
@@ -892,8 +899,9 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def load(root, finding: str | None = None, *, include_running: bool = True):
-    """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns.
+def load(root, finding: str | None = None, *, include_running: bool = True, run_ids=None):
+    """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns;
+    `run_ids`: only those run folders (a leftover of an older grid, damaged or not, is not read).
 
     Never changes a file (runs may be training). A torn last line is left out with a warning; a
     finished run whose metrics are not its steps 0..N-1 is warned about and reported `done=False`
@@ -905,6 +913,8 @@ def load(root, finding: str | None = None, *, include_running: bool = True):
     rows = []
     for cfg_file in folders:
         path = cfg_file.parent
+        if run_ids is not None and path.name not in run_ids:
+            continue
         run = Run(path)
         cfg = run.saved_config()
         problems = run.problems()

@@ -282,7 +282,7 @@ def test_done_is_written_only_for_steps_0_to_n_minus_1(tmp_path):
     assert not (run.path / "ckpt").exists()  # a finished run drops its checkpoint and optimizer states
 
 
-@pytest.mark.parametrize("damage", ["no metrics", "short metrics", "garbage DONE"])
+@pytest.mark.parametrize("damage", ["no metrics", "short metrics", "garbage DONE", "DONE of another config"])
 def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, damage):
     run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
     run.mark_done()
@@ -291,8 +291,11 @@ def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, dam
         (run.path / "metrics.jsonl").unlink()
     elif damage == "short metrics":
         cut_last_line(run.path)
-    else:
+    elif damage == "garbage DONE":
         (run.path / "DONE").write_text("garbage")
+    else:  # e.g. a DONE copied in from another run's folder
+        info = json.loads((run.path / "DONE").read_text())
+        (run.path / "DONE").write_text(json.dumps({**info, "config_hash": "0" * 12, "steps": 99}))
     with pytest.raises(CorruptRunError, match=f"is inconsistent.*repair {run.path}"):
         Run(run.path).check_done()
     with pytest.warns(RunStoreWarning, match="marked finished but"):
@@ -324,6 +327,22 @@ def test_load_warns_and_never_returns_a_short_run_as_finished(tmp_path):
     assert (live.path / "metrics.jsonl").read_bytes() == before  # a reader never truncates
     with pytest.warns(RunStoreWarning):
         assert set(runs.load(tmp_path, include_running=False)["cfg.train.seed"]) == {0}
+
+
+def test_load_of_named_runs_skips_a_damaged_leftover_beside_them(tmp_path):
+    """A finding's folder may hold runs of an older grid; one of them damaged must not stop a
+    notebook from loading its own runs (run_finding loads only the runs of its grid)."""
+    good = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    good.mark_done()
+    old_cfg = seed(7)
+    old = trained(runs.run_dir(tmp_path, "f", old_cfg), 3, cfg=old_cfg)
+    old.close()
+    with open(old.path / "metrics.jsonl", "ab") as f:
+        f.write(b"garbage\n")
+    with pytest.raises(CorruptRunError, match="is not a metric line"):
+        runs.load(tmp_path, "f")
+    df = runs.load(tmp_path, "f", run_ids={good.path.name})
+    assert set(df["run_id"]) == {good.path.name} and df["done"].all()
 
 
 def test_hand_edited_config_is_explained_and_repair_restores_it(tmp_path):
