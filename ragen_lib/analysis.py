@@ -10,11 +10,14 @@ How a row is decided, in this order (the first that applies wins):
 1. PILOT when a run of either arm is not judged in this profile (`judged` column, profiles.yaml).
 2. INCONCLUSIVE "no data" when an arm has no runs, or the metric (a lead's indicator too) was
    never logged.
-3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert in arm a
-   (`clip`: clip fraction below 1%, or one optimizer step per batch so the ratio is always 1;
-   `filter`: the filter kept every episode).
+3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert
+   (`clip`: arm a's clip fraction, both bounds, below 1%; `clip_high`: arm b's upper-bound clip
+   fraction below 1%, the tokens a higher ε_high in arm a would let through; either: one optimizer
+   step per batch, so the ratio is always 1; `filter`: arm a's filter kept every episode).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
-   success (floor) or of its expert success (ceiling), from `baselines.reference_success`.
+   success (floor) or of its expert success (ceiling), from `baselines.reference_success`: each
+   arm's own, within the action budget its runs played under and on their validation states
+   (`arm_reference`; Table 3's arms play 5 to 35 actions).
 5. Collapse claims with an env: a censored run whose success never rose LEARN_MARGIN above the env's
    random play (peak of the 5-step training average and of validation) never learned, so it had
    nothing to lose and its holding says nothing about stability: its seed is left out of the
@@ -62,8 +65,15 @@ PILOT = "PILOT"  # run at pilot scale in this profile: figures and numbers, no v
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_DRAWS = 2000
 #: Collapse (issue 16): the 5-step moving average of training success below half its running peak
-#: for at least 5 steps, or the format-valid rate (same smoothing) below 0.5 for at least 5 steps.
+#: for at least 5 steps, or the format-valid rate (same smoothing) below 0.5 for at least 5 steps
+#: (`collapse`).
 COLLAPSE_WINDOW, COLLAPSE_PERSIST, COLLAPSE_FRAC, FORMAT_FLOOR = 5, 5, 0.5, 0.5
+#: The success criterion counts only from a running peak of at least this much: a steady success
+#: rate near 0 has no measurable level to lose, and the noise of its 5-step average alone keeps it
+#: below half its noise-inflated peak. Simulated (150 steps of 64 episodes, a steady rate, 400
+#: runs): the criterion without this called a collapse in 99% of runs at rate 0.02, 76% at 0.05,
+#: 10% at 0.1; with it 0%, 3%, 10% (tests/test_analysis.py, `-k steady_low_rate`).
+MIN_COLLAPSE_PEAK = 0.1
 #: A mechanism acted when its clip fraction reached this much (clip claims).
 MIN_CLIP_FRAC = 0.01
 MIN_SEEDS = 3
@@ -217,16 +227,19 @@ def collapse(
 ) -> int | None:
     """Step where a run collapsed, or None (censored: no collapse inside the horizon).
 
-    Collapse: the `window`-step moving average of training success stays below half its running
-    peak for at least COLLAPSE_PERSIST steps, or the format-valid rate (same smoothing) stays
-    below 0.5 for as long after having reached 0.5 (a run that never answered in format did not
-    collapse: it never learned). The step returned is the first step of that stretch."""
+    Collapse: the `window`-step moving average of training success (full windows) stays below
+    half its running peak for at least COLLAPSE_PERSIST steps, once that peak reached
+    MIN_COLLAPSE_PEAK, or the format-valid rate (same smoothing, from the first step) stays below
+    0.5 for as long after having reached 0.5 (a run that never answered in format did not collapse:
+    it never learned). The step returned is the first step of that stretch."""
     s = success.dropna().sort_index()
     steps = []
     if len(s):
-        ma = s.rolling(window, min_periods=1).mean()
+        # Full windows: one step's episodes alone (a partial window) can set a lucky running peak.
+        ma = s.rolling(window).mean()
         peak = ma.cummax()
-        steps.append(_first_sustained((peak > 0) & (ma < COLLAPSE_FRAC * peak), COLLAPSE_PERSIST))
+        lost = (peak >= MIN_COLLAPSE_PEAK) & (ma < COLLAPSE_FRAC * peak)
+        steps.append(_first_sustained(lost, COLLAPSE_PERSIST))
     if format_valid is not None and format_valid.notna().any():
         f = format_valid.dropna().sort_index().rolling(window, min_periods=1).mean()
         steps.append(_first_sustained((f.cummax() >= FORMAT_FLOOR) & (f < FORMAT_FLOOR), COLLAPSE_PERSIST))
@@ -248,8 +261,9 @@ class Claim:
     fell below half its early maximum, `drop_step`; 0 when it never fell; censored without collapse).
     Judged with b=None, a one-arm claim compares the score against 0.
     mde: the minimum detectable effect, in the score's units. kind: "superiority" or
-    "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" or "filter",
-    checked on arm a. env: whose floor and ceiling bound a success score (None: not a success)."""
+    "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
+    arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip) or "filter"
+    (arm a). env: whose floor and ceiling bound a success score (None: not a success)."""
 
     id: str
     text: str
@@ -289,8 +303,8 @@ class Row:
     b: float = float("nan")
     seeds: list = field(default_factory=list)
     steps: int | None = None
-    val_size: int | None = None
-    temperature: float | None = None
+    val_size: int | str | None = None  # "128 / 256" where the arms differ
+    temperature: float | str | None = None
     models: list = field(default_factory=list)  # cfg.model.name of the rows judged
     power: str = ""
     criterion: str = ""
@@ -492,17 +506,22 @@ def _betainc(a: float, b: float, x: float) -> float:
 
 
 def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
-    """Why the manipulated mechanism did not act in `df` (one arm), or None when it did."""
+    """Why the manipulated mechanism did not act in `df` (the arm `mechanism_arm` names), or None
+    when it did."""
     if mechanism is None:
         return None
-    if mechanism == "clip":
+    if mechanism in ("clip", "clip_high"):
         steps = df["policy/optimizer_steps"].dropna() if "policy/optimizer_steps" in df else pd.Series([])
         if len(steps) and (steps <= 1).all():
             return "one optimizer step per batch: the ratio is 1, the clip never acts"
-        cols = [c for c in ("policy/clip_frac_low", "policy/clip_frac_high") if c in df]
+        # clip_high: only the upper bound differs between the arms; the lower bound's clipping, the
+        # same in both, says nothing about whether raising ε_high changed an update.
+        names = ("policy/clip_frac_high",) if mechanism == "clip_high" else CLIP_FRACS
+        cols = [c for c in names if c in df]
         frac = float(df[cols].sum(axis=1, min_count=1).mean()) if cols else float("nan")
         if not frac >= MIN_CLIP_FRAC:
-            return f"clip fraction {_fmt(frac)} < {MIN_CLIP_FRAC:.0%}: the clip hardly acted"
+            which = "upper-bound clip fraction" if mechanism == "clip_high" else "clip fraction"
+            return f"{which} {_fmt(frac)} < {MIN_CLIP_FRAC:.0%}: the clip hardly acted"
         return None
     if mechanism == "filter":
         if "rollout/kept" not in df:
@@ -511,18 +530,56 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
         if (df["rollout/kept"].dropna() >= total.loc[df["rollout/kept"].dropna().index]).all():
             return "the filter kept every episode"
         return None
-    raise ValueError(f"unknown mechanism {mechanism!r}: clip | filter")
+    raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
 
 
-def reference(env: str | None, n: int = 64) -> tuple[float, float] | None:
-    """(floor, ceiling) of `env`'s success: random-policy and expert success within the action
-    budget (baselines.reference_success on its first `n` validation states)."""
+CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
+MECHANISMS = ("clip", "clip_high", "filter")
+
+
+def mechanism_arm(mechanism: str | None) -> str:
+    """Which arm shows whether `mechanism` acted: "b" for clip_high (the lower ε_high: the tokens
+    its upper bound clips are the ones arm a's higher bound would let through), else "a"."""
+    return "b" if mechanism == "clip_high" else "a"
+
+
+def reference(env: str | None, n: int = 64, actions: int | None = None) -> tuple[float, float] | None:
+    """(floor, ceiling) of `env`'s success: random-policy and expert success within `actions`
+    (None: the env's default budget), on its first `n` validation states (baselines.reference_success)."""
     if env is None:
         return None
     from ragen_lib import baselines
 
-    ref = baselines.reference_success(env, n=n)
+    ref = baselines.reference_success(env, n=n, actions=actions)
     return float(ref["random"]), float(ref["expert"])
+
+
+MIN_REFERENCE_STATES = 64
+LIMITS = ("cfg.rollout.max_turns", "cfg.rollout.max_actions_per_turn", "cfg.rollout.max_actions_per_episode")
+
+
+def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | None:
+    """(floor, ceiling) of `env`'s success for one arm's runs: within the action budget they played
+    under (their `rollout.*` limits, the env's defaults where unset: 5 actions a turn over 5 turns is
+    a 25-action budget, whose random play succeeds more often than at the default 10) and on the
+    first max(val_size, MIN_REFERENCE_STATES) validation states: those they were validated on, and
+    no fewer, so that a small validation set (the smoke profile's) does not set a noisy floor for
+    the training success a collapse claim reads. Runs under several budgets get the highest floor
+    and the lowest ceiling, so the check errs toward INCONCLUSIVE."""
+    if env is None:
+        return None
+    from ragen_lib import baselines, envs
+
+    cols = [c for c in (*LIMITS, "cfg.train.val_size") if c in part]
+    combos = part[cols].drop_duplicates() if cols and len(part) else pd.DataFrame([{}])
+    refs = set()
+    for _, r in combos.iterrows():
+        turns, per_turn, per_episode, val_size = (
+            int(r[c]) if c in r and pd.notna(r[c]) else None for c in (*LIMITS, "cfg.train.val_size")
+        )
+        budget = baselines.action_budget(envs.make(env), turns, per_turn, per_episode)
+        refs.add(reference(env, n=max(val_size or 0, MIN_REFERENCE_STATES), actions=budget))
+    return max(f for f, _ in refs), min(c for _, c in refs)
 
 
 # ---- one sub-claim → one row ----
@@ -537,12 +594,14 @@ def _select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
 
 def _design(part: pd.DataFrame) -> dict:
     def one(col):
-        vals = part[col].dropna().unique() if col in part else []
-        return (
-            vals[0].item()
-            if len(vals) == 1 and hasattr(vals[0], "item")
-            else (vals[0] if len(vals) else None)
+        vals = (
+            [v.item() if hasattr(v, "item") else v for v in part[col].dropna().unique()]
+            if col in part
+            else []
         )
+        if len(vals) > 1:  # the arms differ: say so rather than print one of them
+            return " / ".join(_fmt(v) for v in sorted(vals))
+        return vals[0] if vals else None
 
     return {
         "seeds": sorted(int(s) for s in part["cfg.train.seed"].unique()) if "cfg.train.seed" in part else [],
@@ -599,9 +658,10 @@ def judge(
     if claim.score == "lead" and (claim.indicator not in df or A[claim.indicator].isna().all()):
         # without this, a misspelt indicator would read as "never dropped": a lead of 0 in every seed
         return replace(row, reason=f"no data: no {claim.indicator} logged (the lead's indicator)")
-    why = mechanism_inactive(A, claim.mechanism)
+    arm = mechanism_arm(claim.mechanism)
+    why = mechanism_inactive(B if arm == "b" else A, claim.mechanism)
     if why:
-        return replace(row, reason=f"mechanism did not act ({claim.mechanism}): {why}")
+        return replace(row, reason=f"mechanism did not act ({claim.mechanism}, arm {arm}): {why}")
     sa = seed_scores(A, claim)
     if claim.score == "lead" and sa["censored"].all():
         return replace(row, reason=f"censored: no run collapsed within {int(sa['horizon'].max())} steps")
@@ -615,11 +675,18 @@ def judge(
     )
     if sa.empty or sb.empty:
         return replace(row, reason="no scores")
-    fc = reference(claim.env) if floor_ceiling == "env" else floor_ceiling
+    # Each arm against its own floor and ceiling: arms that differ in their action budget differ in
+    # what random play and the expert reach.
+    fa, fb = (
+        (arm_reference(A, claim.env), arm_reference(B, claim.env))
+        if floor_ceiling == "env"
+        else (floor_ceiling, floor_ceiling)
+    )
     fc_name = claim.env or "this task"
     never_learned = ""
-    if claim.score == "collapse" and fc is not None:
-        sa, sb, never_learned = _drop_never_learned(sa, sb, fc[0], fc_name, one_arm=b is None)
+    if claim.score == "collapse" and fa is not None:
+        floors = (fa[0], fb[0])
+        sa, sb, never_learned = _drop_never_learned(sa, sb, floors, fc_name, one_arm=b is None)
         if sa.empty or sb.empty:
             return replace(row, reason=f"never learned: {never_learned}; no seed left to compare")
         never_learned = "; " + never_learned
@@ -632,19 +699,18 @@ def judge(
         )
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
-    if claim.score not in ("collapse", "lead") and b is not None and fc is not None:
-        floor, ceiling = fc
-        if max(row.a, row.b) <= floor + claim.mde:
+    if claim.score not in ("collapse", "lead") and b is not None and fa is not None:
+        if row.a <= fa[0] + claim.mde and row.b <= fb[0] + claim.mde:
             return replace(
                 row,
                 reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "
-                f"({floor:.3g}) on {fc_name} by more than the MDE {claim.mde:g}",
+                f"({_pair(fa[0], fb[0])}) on {fc_name} by more than the MDE {claim.mde:g}",
             )
-        if min(row.a, row.b) >= ceiling - claim.mde:
+        if row.a >= fa[1] - claim.mde and row.b >= fb[1] - claim.mde:
             return replace(
                 row,
                 reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} "
-                f"of the expert ({ceiling:.3g}) on {fc_name}",
+                f"of the expert ({_pair(fa[1], fb[1])}) on {fc_name}",
             )
     if claim.score == "collapse" and sa["censored"].all() and sb["censored"].all():
         horizon = int(sa["horizon"].max())
@@ -699,23 +765,24 @@ def censored_ci(sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool) 
 
 
 def _drop_never_learned(
-    sa: pd.DataFrame, sb: pd.DataFrame, floor: float, env: str, *, one_arm: bool
+    sa: pd.DataFrame, sb: pd.DataFrame, floors: tuple[float, float], env: str, *, one_arm: bool
 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """Leave out the seeds where a censored run never rose LEARN_MARGIN above random play (`floor`):
-    it did not collapse because it had nothing to lose, so its seed says nothing about which arm is
-    steadier. Arms run on the same seeds lose the seed in both (the comparison stays paired)."""
+    """Leave out the seeds where a censored run never rose LEARN_MARGIN above random play (its
+    arm's floor in `floors`): it did not collapse because it had nothing to lose, so its seed says
+    nothing about which arm is steadier. Arms run on the same seeds lose the seed in both (the
+    comparison stays paired)."""
 
-    def flat(s: pd.DataFrame) -> set:
+    def flat(s: pd.DataFrame, floor: float) -> set:
         return {int(x) for x in s.loc[s["censored"] & (s["peak"] < floor + LEARN_MARGIN), "seed"]}
 
-    fa, fb = flat(sa), set() if one_arm else flat(sb)
+    fa, fb = flat(sa, floors[0]), set() if one_arm else flat(sb, floors[1])
     if not fa and not fb:
         return sa, sb, ""
     same = set(sa["seed"]) == set(sb["seed"])
     drop_a, drop_b = (fa | fb, fa | fb) if same else (fa, fb)
     who = ", ".join(f"{arm} seeds {sorted(f)}" for arm, f in (("a", fa), ("b", fb)) if f)
     note = (
-        f"{who} never rose {LEARN_MARGIN:g} above random play ({floor:.3g}) on {env}: a run that never "
+        f"{who} never rose {LEARN_MARGIN:g} above random play ({_pair(*floors)}) on {env}: a run that never "
         f"learned had nothing to lose, so seeds {sorted(drop_a | drop_b)} are left out"
     )
     return sa[~sa["seed"].isin(drop_a)], sb[~sb["seed"].isin(drop_b)], note
@@ -799,20 +866,24 @@ def power_statement(claim: Claim, A: pd.DataFrame, B: pd.DataFrame) -> str:
 
 def headline(rows: list[Row], primary: list[str]) -> tuple[str, str]:
     """The notebook's status from its primary rows: REPRODUCED when all of them are, NOT REPRODUCED
-    when any is (and none is INCONCLUSIVE), PILOT when all are pilot; else INCONCLUSIVE."""
+    when any is (and none is INCONCLUSIVE), PILOT when all are pilot; else INCONCLUSIVE. PILOT rows
+    are left out, and the reason names the rows it rests on and those left out: a headline over
+    fewer rows than its claim names (e.g. one env of three judged in a profile) says so."""
     by = {r.id: r for r in rows}
     missing = [p for p in primary if p not in by]
     if missing:
         raise ValueError(f"headline names unknown rows {missing}; rows: {list(by)}")
-    st = [by[p].status for p in primary]
-    if all(s == PILOT for s in st):
+    pilot = [p for p in primary if by[p].status == PILOT]
+    if len(pilot) == len(primary):
         return PILOT, "every primary sub-claim ran at pilot scale"
-    judged = [s for s in st if s != PILOT]
-    if all(s == REPRODUCED for s in judged):
-        return REPRODUCED, "every judged primary sub-claim reproduced"
-    if NOT_REPRODUCED in judged and INCONCLUSIVE not in judged:
-        return NOT_REPRODUCED, "a primary sub-claim was not reproduced"
-    return INCONCLUSIVE, "a primary sub-claim is inconclusive"
+    judged = [p for p in primary if p not in pilot]
+    on = f" (judged: {', '.join(judged)}" + (f"; PILOT, left out: {', '.join(pilot)})" if pilot else ")")
+    st = [by[p].status for p in judged]
+    if all(s == REPRODUCED for s in st):
+        return REPRODUCED, f"every judged primary sub-claim reproduced{on}"
+    if NOT_REPRODUCED in st and INCONCLUSIVE not in st:
+        return NOT_REPRODUCED, f"a primary sub-claim was not reproduced{on}"
+    return INCONCLUSIVE, f"a primary sub-claim is inconclusive{on}"
 
 
 @dataclass
@@ -836,7 +907,10 @@ class Verdict:
         self.status, self.reason = headline(self.rows, self.primary)
 
     def __str__(self) -> str:
-        head = f"{self.status}: {self.claim}\n  rule: {self.rule} (primary: {', '.join(self.primary)})"
+        head = (
+            f"{self.status}: {self.claim}\n  why: {self.reason}\n"
+            f"  rule: {self.rule} (primary: {', '.join(self.primary)})"
+        )
         rows = "\n".join(f"  [{r.id}] {r}" for r in self.rows)
         extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
         return "\n".join(x for x in (head, rows, extra) if x)
@@ -847,6 +921,11 @@ class Verdict:
         data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
         out.write_text(json.dumps(data, indent=1, default=str))
         return out
+
+
+def _pair(a: float, b: float) -> str:
+    """One number when the arms share it, else both, named."""
+    return f"{a:.3g}" if f"{a:.3g}" == f"{b:.3g}" else f"a {a:.3g}, b {b:.3g}"
 
 
 def _fmt(v) -> str:
@@ -953,13 +1032,21 @@ def report(profile: str) -> Path:
             }[state]
             lines.append(f"| {name} | **headline** | **NO VERDICT** | | {why} | | | |")
             continue
-        stale = state in ("failed", "unfinished") and start is not None and v["written"] < start
+        # An executed copy torn mid-write has no readable start: the verdict may predate that run,
+        # and nothing says it does not, so it is marked like one that does.
+        unknown = state in ("failed", "unfinished") and start is None
+        stale = state in ("failed", "unfinished") and (unknown or v["written"] < start)
         status = f"**{v['status']}**"
         reason = v["reason"]
         if stale:
             status = f"**STALE {v['status']}**"
             last = "raised" if state == "failed" else "did not finish"
-            reason = f"from an earlier run: the notebook's last run {last} ({link}); {reason}"
+            when = (
+                "perhaps from an earlier run (the executed copy is unreadable)"
+                if unknown
+                else "from an earlier run"
+            )
+            reason = f"{when}: the notebook's last run {last} ({link}); {reason}"
         figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in v.get("figures", []))
         lines.append(
             f"| {name} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "

@@ -36,10 +36,18 @@ from ragen_lib.envs.webshop import WebShopEnv
 WEBSHOP_ROLLOUTS = 20
 
 
-def action_budget(env: TextEnv) -> int:
-    """The actions an episode can take with the env's default limits: the episode budget, or
-    turns × actions per turn when that is smaller (RAGEN: 10 for Sokoban and FrozenLake)."""
-    return min(env.max_actions_per_episode, env.max_turns * env.max_actions_per_turn)
+def action_budget(
+    env: TextEnv,
+    max_turns: int | None = None,
+    max_actions_per_turn: int | None = None,
+    max_actions_per_episode: int | None = None,
+) -> int:
+    """The actions an episode can take: the episode budget, or turns × actions per turn when that
+    is smaller (RAGEN's defaults: 10 for Sokoban and FrozenLake). A limit left None is the env's
+    default, as `rollout.Episode` takes the `rollout.*` limits."""
+    turns = max_turns or env.max_turns
+    per_turn = max_actions_per_turn or env.max_actions_per_turn
+    return min(max_actions_per_episode or env.max_actions_per_episode, turns * per_turn)
 
 
 @functools.lru_cache(maxsize=64)

@@ -122,6 +122,45 @@ def test_collapse_is_a_sustained_drop_of_the_moving_average_below_half_its_runni
     assert analysis.collapse(s([0.5] * 20), s([0.1] * 20)) is None  # never formatted: not a collapse
 
 
+def test_a_steady_low_rate_is_not_a_collapse(monkeypatch):
+    """A run that sits at a low success rate has nothing measurable to lose: the noise of its 5-step
+    average keeps it under half its noise-inflated running peak, which without MIN_COLLAPSE_PEAK
+    reads as a collapse in nearly every run (150 steps of 64 episodes)."""
+
+    def share(rate: float, runs: int = 200) -> float:
+        rng = np.random.default_rng(0)
+        draws = rng.binomial(64, rate, (runs, 150)) / 64
+        return float(np.mean([analysis.collapse(pd.Series(d)) is not None for d in draws]))
+
+    assert share(0.02) == 0.0
+    assert share(0.05) < 0.06
+    assert share(0.3) == 0.0
+    monkeypatch.setattr(analysis, "MIN_COLLAPSE_PEAK", 0.0)
+    assert share(0.02) > 0.9  # the criterion alone
+    # a real collapse from a low but measurable level still counts
+    monkeypatch.undo()
+    assert analysis.collapse(s([0.15] * 20 + [0.0] * 10)) == 22
+
+
+def test_runs_that_never_left_the_floor_decide_no_collapse_claim():
+    """Both arms sat near 0 on Sokoban (random play 0.32 within the budget) and drifted to 0 at
+    different steps: no run learned, so no collapse and no verdict (it read as REPRODUCED, +25
+    steps, when any drop below half a noise-level peak counted)."""
+    claim = analysis.Claim(
+        "c", "PPO collapses later", "rollout/success", mde=5, score="collapse", env="sokoban"
+    )
+    df = runs_df(
+        {
+            "a": lambda seed, step: 0.06 if step < 30 + seed else 0.0,
+            "b": lambda seed, step: 0.06 if step < 5 + seed else 0.0,
+        },
+        steps=60,
+    )
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.32, 1.0))
+    assert row.status == analysis.INCONCLUSIVE, row
+    assert row.reason.startswith("never learned: a seeds [0, 1, 2, 3, 4], b seeds [0, 1, 2, 3, 4] never rose")
+
+
 def test_sign_test_smallest_p_by_seed_count():
     assert analysis.sign_test(3, 3) == 0.125 and analysis.sign_test(5, 5) == 0.03125
     assert analysis.sign_test(4, 5) == pytest.approx(6 / 32)
@@ -394,6 +433,44 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
 
 
+def test_each_arm_is_held_to_the_floor_and_ceiling_of_its_own_action_budget():
+    """Table 3's arms play Sokoban under 5 (1 action a turn), 25 and 35 actions: random play and
+    the expert reach different levels in each, and the default 10-action floor fits none of them."""
+    claim = analysis.Claim("t3", "5 actions/turn beat 7", "val/success", mde=0.1, env="sokoban")
+    limits = {  # rollout limits of params/05's arms (max_turns: the env's default, 5)
+        "k1": {"cfg.rollout.max_actions_per_turn": 1, "cfg.rollout.max_actions_per_episode": 5},
+        "k5": {"cfg.rollout.max_actions_per_turn": 5, "cfg.rollout.max_actions_per_episode": 25},
+        "k7": {"cfg.rollout.max_actions_per_turn": 7, "cfg.rollout.max_actions_per_episode": 35},
+    }
+    ref = {
+        k: analysis.arm_reference(pd.DataFrame([{**v, "cfg.train.val_size": 128}]), "sokoban")
+        for k, v in limits.items()
+    }
+    default = analysis.reference("sokoban", n=128)
+    assert ref["k1"][1] < 1.0 == ref["k5"][1]  # 5 actions cannot solve every level
+    assert default[0] < ref["k5"][0] < ref["k7"][0]  # more actions, more random solves
+
+    def arms(a: str, sa: float, b: str, sb: float) -> pd.DataFrame:
+        df = runs_df({"a": sa, "b": sb})
+        for col in limits[a]:
+            df[col] = np.where(df["arm"] == "a", limits[a][col], limits[b][col])
+        return df
+
+    # each arm 0.05 above its own random play: both at the floor, though well above the default's
+    at_floor = arms("k5", ref["k5"][0] + 0.05, "k7", ref["k7"][0] + 0.05)
+    assert ref["k7"][0] + 0.05 > default[0] + 0.1
+    row = analysis.judge(at_floor, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE, row
+    assert (
+        row.reason.startswith("floor: neither arm")
+        and f"a {ref['k5'][0]:.3g}, b {ref['k7'][0]:.3g}" in row.reason
+    )
+    # each arm within 0.05 of its own expert: the 5-action arm's is below 1
+    at_ceiling = arms("k1", ref["k1"][1] - 0.05, "k5", 0.97)
+    row = analysis.judge(at_ceiling, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("ceiling: both arms"), row
+
+
 def test_inactive_mechanism_is_inconclusive():
     clip = analysis.Claim("clip", "clip-higher helps", "val/success", mde=0.1, mechanism="clip")
     df = runs_df({"a": 0.7, "b": 0.3})
@@ -403,7 +480,9 @@ def test_inactive_mechanism_is_inconclusive():
     rare = df.assign(**{"policy/clip_frac_low": 0.002, "policy/clip_frac_high": 0.003})
     row = analysis.judge(rare, clip, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE
-    assert row.reason == "mechanism did not act (clip): clip fraction 0.005 < 1%: the clip hardly acted"
+    assert (
+        row.reason == "mechanism did not act (clip, arm a): clip fraction 0.005 < 1%: the clip hardly acted"
+    )
     one_step = df.assign(**{"policy/optimizer_steps": 1})
     row = analysis.judge(one_step, clip, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.reason.endswith("one optimizer step per batch: the ratio is 1, the clip never acts")
@@ -413,7 +492,33 @@ def test_inactive_mechanism_is_inconclusive():
     )
     kept_all = df.assign(**{"rollout/kept": 64})
     row = analysis.judge(kept_all, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert row.reason == "mechanism did not act (filter): the filter kept every episode"
+    assert row.reason == "mechanism did not act (filter, arm a): the filter kept every episode"
+
+
+def test_clip_higher_acts_only_where_the_lower_upper_bound_clipped():
+    """Raising ε_high changes an update only on the tokens the lower ε_high's upper bound clips (arm
+    b's clip_frac_high); the lower bound clips alike in both arms and does not count."""
+    clip_high = analysis.Claim("b", "ε_high 0.28 beats 0.2", "val/success", mde=0.1, mechanism="clip_high")
+    df = runs_df({"a": 0.7, "b": 0.3})
+    lower_only = df.assign(**{"policy/clip_frac_low": 0.05, "policy/clip_frac_high": 0.0})
+    row = analysis.judge(lower_only, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "mechanism did not act (clip_high, arm b): upper-bound clip fraction 0 < 1%: the clip hardly acted"
+    )
+    # b's upper bound clipped 2% of tokens, a's (higher) none: raising it acted
+    b_clips = lower_only.assign(**{"policy/clip_frac_high": lower_only["arm"].map({"a": 0.0, "b": 0.02})})
+    row = analysis.judge(b_clips, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED
+    with pytest.raises(ValueError, match="unknown mechanism 'clip-high': clip | clip_high | filter"):
+        analysis.mechanism_inactive(df, "clip-high")
+
+
+def test_a_design_the_arms_do_not_share_prints_every_value():
+    df = runs_df({"a": 0.9, "b": 0.1})
+    df.loc[df["arm"] == "b", "cfg.train.val_size"] = 256
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert "validation states 128 / 256, temperature 1" in analysis.design(row)
 
 
 def test_one_seed_is_under_powered_even_with_a_large_effect():
@@ -455,7 +560,14 @@ def test_non_inferiority_and_pilot_and_headline():
     assert analysis.headline([rep, inc], ["x"])[0] == analysis.REPRODUCED  # y is not primary
     assert analysis.headline([rep, inc], ["x", "y"])[0] == analysis.INCONCLUSIVE
     assert analysis.headline([rep, nr], ["x", "z"])[0] == analysis.NOT_REPRODUCED
-    assert analysis.headline([pil, rep], ["p", "x"])[0] == analysis.REPRODUCED
+    # a headline over fewer rows than its claim names says which it rests on
+    assert analysis.headline([pil, rep], ["p", "x"]) == (
+        analysis.REPRODUCED,
+        "every judged primary sub-claim reproduced (judged: x; PILOT, left out: p)",
+    )
+    assert (
+        analysis.headline([rep, inc], ["x", "y"])[1] == "a primary sub-claim is inconclusive (judged: x, y)"
+    )
     assert analysis.headline([pil], ["p"])[0] == analysis.PILOT
     with pytest.raises(ValueError, match="unknown rows"):
         analysis.headline([rep], ["nope"])
@@ -529,7 +641,7 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     df = runs_df({"a": 0.9, "b": 0.1}, seeds=(0,))
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    for name in ("01_instability", "03_uncertainty_filtering", "04_kl_and_clipping"):
+    for name in ("01_instability", "03_uncertainty_filtering", "04_kl_and_clipping", "07_apo_vs_starpo"):
         analysis.Verdict(name, f"claim {name}", [row], primary=["late"]).write("quick")
     written = (tmp_path / "quick" / "verdicts" / "01_instability.json").stat().st_mtime
     nbs = tmp_path / "quick" / "notebooks"
@@ -538,6 +650,7 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
     _executed(nbs / "03_uncertainty_filtering.ipynb", start=written + 60, exception=True)  # raised later
     _executed(nbs / "04_kl_and_clipping.ipynb", start=written + 60, end=False)  # killed mid-run
     (nbs / "06_reasoning_rewards.ipynb").write_text('{"cells": [')  # killed while papermill wrote it
+    (nbs / "07_apo_vs_starpo.ipynb").write_text('{"cells": [')  # the same, over an older verdict
     lines = analysis.report("quick").read_text().splitlines()
 
     def line(name, text):
@@ -557,6 +670,11 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
         "06_reasoning_rewards", "**headline**"
     )
     assert "`make replicate NB=05 PROFILE=quick` has not run" in line("05_rollout_quality", "**headline**")
+    # a torn copy has no start to compare with: its verdict is not shown as current
+    assert (
+        "| **STALE INCONCLUSIVE** | | perhaps from an earlier run (the executed copy is unreadable): the "
+        "notebook's last run did not finish"
+    ) in line("07_apo_vs_starpo", "**headline**")
     assert f"verdict of commit {analysis.runs.git_commit()}" in line("01_instability", "**headline**")
 
 
