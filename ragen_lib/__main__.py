@@ -44,7 +44,7 @@ def _demo(args) -> int:
 def _run(args) -> int:
     from pathlib import Path
 
-    from ragen_lib import models, runs, trainer
+    from ragen_lib import experiments, models, runs, trainer
 
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
@@ -56,6 +56,7 @@ def _run(args) -> int:
     with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
         if run.done:
             run.check_done()
+            experiments.drop_stale_checkpoint(run)  # a crash after DONE left it, as in a grid
             print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
             return 0
         step = run.resume()[0]  # checked before the model loads; train() takes the state from the run

@@ -368,7 +368,7 @@ def run_grid(
             continue
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
-                _drop_stale_checkpoint(run)
+                drop_stale_checkpoint(run)
     for name in sorted({cfg.model.name for cfg, _ in todo}):
         models.check(name)  # one clear error before any run starts, not one failed run per grid point
     bar = tqdm(
@@ -402,7 +402,7 @@ def run_grid(
     return paths
 
 
-def _drop_stale_checkpoint(run: runs.Run) -> None:
+def drop_stale_checkpoint(run: runs.Run) -> None:
     """Remove the checkpoint a finished run still holds: `mark_done` writes DONE and then removes
     ckpt/, and a crash between the two leaves gigabytes that nothing else removes."""
     freed = run.drop_stale_checkpoint()
@@ -628,7 +628,7 @@ def _train_one(train_fn, cfg: config.Config, path: str) -> None:
         with runs.Run(Path(path), cfg) as run:
             if run.done:  # finished by another process since the grid looked
                 run.check_done()
-                _drop_stale_checkpoint(run)
+                drop_stale_checkpoint(run)
                 return
             train_fn(cfg, run)
     except Exception:

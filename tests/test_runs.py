@@ -390,6 +390,25 @@ def test_a_config_yaml_that_no_longer_parses_names_the_repair_and_repair_restore
         assert again.resume()[0] == 5
 
 
+def test_the_cli_reuses_a_finished_run_and_drops_a_checkpoint_a_crash_left_beside_done(tmp_path, capsys):
+    from ragen_lib.__main__ import main
+
+    cfg = config.from_dict(CFG.to_dict(), {"model.name": "tiny-random"})
+    run = trained(runs.run_dir(tmp_path, "adhoc", cfg), 11, cfg=cfg)
+    run.save_checkpoint(11, {"w": torch.zeros(3)})
+    kept = run.path / "ckpt.kept"
+    shutil.copytree(run.path / "ckpt", kept)
+    run.mark_done()
+    shutil.move(kept, run.path / "ckpt")  # as if the process died between DONE and the removal
+    run.close()
+    cfg_path = tmp_path / "c.yaml"
+    config.save(cfg, cfg_path)
+    assert main(["run", str(cfg_path), "--out", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "removed the leftover checkpoint of finished run" in out and "finished run reused" in out
+    assert not (run.path / "ckpt").exists() and Run(run.path).problems() == []
+
+
 # --- a planted pickle --------------------------------------------------------------------------------
 class Planted:
     """Unpickling this runs a shell command (what weights_only=False allowed)."""
