@@ -543,7 +543,12 @@ def mechanism_arm(mechanism: str | None) -> str:
     return "b" if mechanism == "clip_high" else "a"
 
 
-def reference(env: str | None, n: int = 64, actions: int | None = None) -> tuple[float, float] | None:
+MIN_REFERENCE_STATES = 64
+
+
+def reference(
+    env: str | None, n: int = MIN_REFERENCE_STATES, actions: int | None = None
+) -> tuple[float, float] | None:
     """(floor, ceiling) of `env`'s success: random-policy and expert success within `actions`
     (None: the env's default budget), on its first `n` validation states (baselines.reference_success)."""
     if env is None:
@@ -554,7 +559,6 @@ def reference(env: str | None, n: int = 64, actions: int | None = None) -> tuple
     return float(ref["random"]), float(ref["expert"])
 
 
-MIN_REFERENCE_STATES = 64
 LIMITS = ("cfg.rollout.max_turns", "cfg.rollout.max_actions_per_turn", "cfg.rollout.max_actions_per_episode")
 
 
@@ -677,11 +681,8 @@ def judge(
         return replace(row, reason="no scores")
     # Each arm against its own floor and ceiling: arms that differ in their action budget differ in
     # what random play and the expert reach.
-    fa, fb = (
-        (arm_reference(A, claim.env), arm_reference(B, claim.env))
-        if floor_ceiling == "env"
-        else (floor_ceiling, floor_ceiling)
-    )
+    fa = arm_reference(A, claim.env) if floor_ceiling == "env" else floor_ceiling
+    fb = arm_reference(B, claim.env) if floor_ceiling == "env" and b is not None else fa
     fc_name = claim.env or "this task"
     never_learned = ""
     if claim.score == "collapse" and fa is not None:

@@ -1099,8 +1099,9 @@ def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
 
     slots = experiments.worker_slots(runs_per_device)
     threads = torch.get_num_threads()
-    # Earlier sections, and a k = 1 run here, grow this process's heap, which sits beside the k >= 2
-    # workers (beside two 8.5 GB CPU workers, a 24 GiB machine ran out of memory): give it back.
+    # Earlier sections, and an earlier k = 1 call, grow this process's heap, which sits beside the
+    # k >= 2 workers (beside two 8.5 GB CPU workers, a 24 GiB machine ran out of memory): give it
+    # back before every grid.
     _trim_host_memory()
     try:
         if len(slots) == 1 and "OMP_NUM_THREADS" in slots[0]:
@@ -1111,7 +1112,6 @@ def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
             wall = time.perf_counter() - t0
     finally:
         torch.set_num_threads(threads)
-        _trim_host_memory()
     return wall, sum(c.train.steps for c in cfgs) / wall
 
 

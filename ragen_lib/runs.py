@@ -531,12 +531,14 @@ class Run:
         info = self.done_info()
         if info is None:
             out.append(f"{self.path / DONE} is not a JSON summary")
-        elif info.get("config_hash", self.config_hash) != self.config_hash:  # old DONEs: no hash
-            out.append(
-                f"{self.path / DONE} records config {info['config_hash']}, not this run's {self.config_hash}"
-            )
-        elif info.get("steps", self.steps) != self.steps:
-            out.append(f"{self.path / DONE} records {info['steps']} steps, not this run's {self.steps}")
+        else:
+            our_hash, our_steps = self.config_hash, self.steps  # each reads config.yaml: read once
+            if info.get("config_hash", our_hash) != our_hash:  # a DONE older than the hash has none
+                out.append(
+                    f"{self.path / DONE} records config {info['config_hash']}, not this run's {our_hash}"
+                )
+            elif info.get("steps", our_steps) != our_steps:
+                out.append(f"{self.path / DONE} records {info['steps']} steps, not this run's {our_steps}")
         try:
             rows, tail = self._read("metrics.jsonl")
         except CorruptRunError as e:
