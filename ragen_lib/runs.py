@@ -849,10 +849,12 @@ class Run:
         newest = self.checkpoint_file()
         if newest is not None:
             try:
-                self.load_checkpoint()
+                step, state = self.load_checkpoint()
             except CorruptRunError as e:
                 box = self._quarantine([newest])
                 done.append(f"checkpoint moved to {box}: {str(e).split('. ')[0]}")
+            else:
+                done += self._drop_uncovered_checkpoint(newest, step, state)
         problems = self.problems()
         if problems:
             usable = self.checkpoint_file() is not None
@@ -873,6 +875,27 @@ class Run:
                     done.append(f"{str(e).split('. ')[0]}: moved to {box}; the run trains again from step 0")
                 # with a checkpoint, resume restores the metrics from its copy
         return done
+
+    def _drop_uncovered_checkpoint(self, newest: Path, step: int, state: dict) -> list[str]:
+        """An older-format checkpoint (no copy of the metrics) whose steps 0..step the metrics no
+        longer hold cannot be resumed (`resume` refuses it, naming repair): the steps in the hole are
+        lost, so the checkpoint, metrics and samples are moved aside and the run trains again from
+        step 0. Without this, repair found nothing wrong and resume kept refusing."""
+        if self.done or state.get("metrics") is not None:
+            return []
+        try:
+            steps = [r["step"] for r in self.metrics() if r["step"] <= step]
+        except CorruptRunError:
+            steps = None
+        if steps == self.schedule_to(step):
+            return []
+        box = self._quarantine([newest, self.path / "metrics.jsonl", self.path / "samples.jsonl"])
+        what = "do not parse" if steps is None else f"hold {_steps_text(steps)}"
+        return [
+            f"the metrics {what}, not steps 0-{step} of checkpoint {newest.name}, which has no copy of "
+            f"them (an older format): checkpoint, metrics and samples moved to {box}; the run trains "
+            "again from step 0"
+        ]
 
     def _recorded_config(self) -> dict | None:
         """The config this folder was made for, from DONE, the final weights or the checkpoint."""

@@ -262,6 +262,45 @@ def test_checkpoint_of_another_config_is_refused_and_repair_moves_it(tmp_path, c
     assert list((mine.path / "quarantine").rglob("step_000005.pt"))
 
 
+@pytest.mark.parametrize("damage", ["hole", "garbage line"])
+def test_an_older_format_checkpoint_over_a_metrics_hole_is_repaired_not_looped(tmp_path, capsys, damage):
+    """A format-1 checkpoint has no copy of the metrics: when they lost a step it covers, resume
+    refuses and names repair, and repair must then act (it used to find nothing wrong, so the two
+    sent the user back and forth)."""
+    from ragen_lib.__main__ import main
+
+    run = trained(tmp_path / "r", 7)
+    run.close()
+    ckpt = run.path / "ckpt" / "step_000005.pt"
+    state = runs.read_state(ckpt)
+    del state["metrics"], state["config_hash"]
+    runs.save_state(ckpt, {**state, "format": 1})
+    m = run.path / "metrics.jsonl"
+    lines = m.read_text().splitlines(keepends=True)
+    m.write_text("".join(lines[:2] + (["GARBAGE\n"] if damage == "garbage line" else []) + lines[3:]))
+    with Run(run.path, CFG) as again, pytest.raises(CorruptRunError, match="older format.*repair"):
+        again.resume()
+    assert main(["repair", str(run.path)]) == 0
+    assert "trains again from step 0" in capsys.readouterr().out
+    with Run(run.path, CFG) as again:
+        assert again.resume() == (None, None) and steps_of(again) == []
+    assert main(["repair", str(run.path)]) == 0
+    assert "nothing to repair" in capsys.readouterr().out.lower()
+    assert list((run.path / "quarantine").rglob("step_000005.pt"))  # nothing is deleted
+
+
+def test_an_older_format_checkpoint_over_whole_metrics_still_resumes(tmp_path):
+    run = trained(tmp_path / "r", 7)
+    run.close()
+    ckpt = run.path / "ckpt" / "step_000005.pt"
+    state = runs.read_state(ckpt)
+    del state["metrics"]
+    runs.save_state(ckpt, {**state, "format": 1})
+    with Run(run.path, CFG) as again:
+        assert again.repair() == []
+        assert again.resume()[0] == 5 and steps_of(again) == list(range(6))
+
+
 def test_checkpoint_past_the_last_step_is_refused(tmp_path):
     run = trained(tmp_path / "r", 5)
     runs.save_state(run.path / "ckpt" / "step_000099.pt", {**run._identity(99), "metrics": ""})
