@@ -26,6 +26,7 @@ started run is left resumable. `plan(profile)` says what a profile will train an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import itertools
@@ -344,9 +345,11 @@ def run_grid(
     (train_fn must then be a module-level function); with one slot, or one run left, they train
     in this process. A failed run does not stop the others; its traceback is printed where it
     fails and the first failure is raised at the end. A worker process that dies (the OOM killer, a
-    segfault) breaks the pool: its runs go to a fresh pool and resume, and a run in flight at
-    MAX_POOL_BREAKS breaks fails. A finished run whose files disagree with its DONE is not reused
-    and counts as a failure; one that still holds a checkpoint (a crash after its DONE) loses it.
+    segfault) breaks the pool: its runs go to a fresh pool and resume; a run in flight at
+    MAX_POOL_BREAKS breaks trains alone from then on if other runs were in flight at each of them
+    (any of those may have been the one that died), and fails otherwise. A finished run whose files
+    disagree with its DONE is not reused and counts as a failure; one that still holds a checkpoint
+    (a crash after its DONE) loses it.
 
     Ctrl-C or SIGTERM cancels the queued runs, stops the workers and raises KeyboardInterrupt
     (GridInterrupted for SIGTERM) within seconds; the runs in progress resume on the next call.
@@ -453,20 +456,40 @@ def _signals_interrupt():
 def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseException]]:
     """Train `todo` in a pool of spawned workers, one per slot. A worker that dies abruptly (the OOM
     killer, a segfault, os._exit) breaks the whole pool and fails every run in it: those runs go to a
-    fresh pool (they resume from their checkpoints), and one in flight at MAX_POOL_BREAKS breaks fails."""
+    fresh pool (they resume from their checkpoints). The pool cannot say whose worker died, so a run
+    in flight at MAX_POOL_BREAKS breaks, each shared with other runs in flight, goes on alone in a
+    one-worker pool (where a break is surely its own), and fails at its next break; one that was
+    alone in flight at any of its breaks fails at MAX_POOL_BREAKS."""
     failures: list[tuple[Path, BaseException]] = []
-    breaks: dict[Path, int] = {}
+    breaks: dict[Path, _Breaks] = {}
     while todo:
-        todo = _pool_round(todo, train_fn, slots, bar, failures, breaks)
+        alone = [(cfg, path) for cfg, path in todo if breaks.get(path, _Breaks()).isolated]
+        together = [job for job in todo if job not in alone]
+        todo = []
+        if together:
+            todo += _pool_round(together, train_fn, slots, bar, failures, breaks)
+        if alone:  # one worker: one run in flight at a time
+            todo += _pool_round(alone, train_fn, slots[:1], bar, failures, breaks)
     return failures
 
 
 MAX_POOL_BREAKS = 2
-"""Pool breaks a run may be in flight for before it is failed: one break may be another run's doing
-(the pool kills every worker when one dies), a second says this run likely kills its worker."""
+"""Pool breaks a run may be in flight for before it is failed or, when other runs were in flight at
+every one of them, trained alone: one break may be another run's doing (the pool kills every worker
+when one dies), a second with this run alone in flight says it likely kills its worker."""
 
 
-def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: dict[Path, int]) -> list:
+@dataclasses.dataclass
+class _Breaks:
+    """The pool breaks one run was in flight for: how many, whether any was surely its own (it was
+    alone in flight), and whether it trains alone from now on."""
+
+    count: int = 0
+    own: bool = False
+    isolated: bool = False
+
+
+def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: dict) -> list:
     """One pool over `todo`; returns the runs a broken pool lost, to train again in a fresh one."""
     # spawn, not fork: a forked CUDA context or a forked torch thread pool is unusable.
     ctx = multiprocessing.get_context("spawn")
@@ -478,6 +501,12 @@ def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: 
         len(slots), mp_context=ctx, initializer=_start_worker, initargs=(free, started, os.getpid())
     )
     futures = {pool.submit(_pool_train, train_fn, cfg, str(path)): (cfg, path) for cfg, path in todo}
+    # The executor spawns a worker at each submit, after waking its manager thread: the manager may
+    # already wait on the sentinels of the workers spawned before, so a death of the last one would go
+    # unseen until another run finishes (hours, with its slot idle). Wake it once all are spawned.
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    if wakeup is not None:
+        wakeup.wakeup()
     pending, lost, began = set(futures), [], set()
     try:
         while pending:
@@ -512,22 +541,31 @@ def _drain(started) -> set[str]:
     return paths
 
 
-def _requeue(lost: list, began: set[str], failures: list, breaks: dict[Path, int], bar) -> list:
+def _requeue(lost: list, began: set[str], failures: list, breaks: dict, bar) -> list:
     """The runs of a broken pool to train again. A break counts against the runs in flight (a run
     still queued is requeued whatever happened), or against every lost run when none had started
-    (a worker that dies before training anything), so a grid always ends."""
+    (a worker that dies before training anything). It is surely a run's own when the run was alone
+    in flight or trains alone already. Each run's shared breaks are bounded (MAX_POOL_BREAKS, then
+    it trains alone) and its next own break past them fails it, so a grid always ends."""
     if not lost:
         return []
     in_flight = [path for _, path in lost if str(path) in began] or [path for _, path in lost]
+    isolated = []
     for path in in_flight:
-        breaks[path] = breaks.get(path, 0) + 1
+        b = breaks.setdefault(path, _Breaks())
+        b.count += 1
+        b.own = b.own or b.isolated or len(in_flight) == 1
+        if b.count >= MAX_POOL_BREAKS and not b.own and not b.isolated:
+            b.isolated = True
+            isolated.append(path)
     requeue = []
     for cfg, path in lost:
-        if breaks.get(path, 0) < MAX_POOL_BREAKS:
+        b = breaks.get(path, _Breaks())
+        if b.count < MAX_POOL_BREAKS or not b.own:
             requeue.append((cfg, path))
             continue
         error = WorkerDied(
-            f"{path}: the worker process training it died {breaks[path]} times (the OOM killer: check "
+            f"{path}: the worker process training it died {b.count} times (the OOM killer: check "
             "`dmesg`; a crash in native code; or os._exit in the training code); its metrics and last "
             "checkpoint are kept: rerun to resume, with fewer runs_per_device if memory ran out"
         )
@@ -539,6 +577,11 @@ def _requeue(lost: list, began: set[str], failures: list, breaks: dict[Path, int
         f"a grid worker process died and broke the pool ({len(in_flight)} run(s) were in flight): "
         + (again if requeue else "no run left to requeue")
     )
+    for path in isolated:
+        print(
+            f"{path.name} was in flight at {MAX_POOL_BREAKS} breaks, each shared with other runs: it "
+            "trains alone from now on, so that its next break is surely its own"
+        )
     return requeue
 
 

@@ -241,6 +241,84 @@ def test_a_worker_that_dies_breaks_the_pool_only_for_its_own_run(tmp_path, capfd
     assert re.search(rf"run failed: {re.escape(str(dying))}: the worker process .* died 2 times .*dmesg", out)
 
 
+def neighbour_killing_train(cfg, run):
+    """Seed 97 kills its worker each time it trains: for its first two attempts once seed 0 is in
+    flight beside it, at once after that. Seed 0 is healthy: it stays in flight until the kill on
+    its first two attempts (they begin together), and trains on its third (alone). Each says it
+    started by a line in a file, so that the order does not hang on how fast workers spawn."""
+    root = Path(run.path).parents[2]
+
+    def lines(name: str) -> int:
+        return len((root / name).read_text().splitlines()) if (root / name).exists() else 0
+
+    def wait_for(name: str, n: int) -> None:
+        deadline = time.monotonic() + 60
+        while lines(name) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    mine, theirs = ("attempts", "starts") if cfg.train.seed == 97 else ("starts", "attempts")
+    with open(root / mine, "a") as f:
+        f.write("x\n")
+    attempt = lines(mine)
+    if cfg.train.seed == 97:
+        if attempt <= 2:
+            wait_for(theirs, attempt)
+        os._exit(1)
+    run.resume()
+    if attempt <= 2:
+        wait_for(theirs, attempt)
+        time.sleep(60)  # killed with the pool before this ends
+    return pooled_train(cfg, run)
+
+
+def test_a_healthy_run_beside_a_dying_one_at_both_breaks_trains_alone_and_finishes(tmp_path, capfd):
+    """Two runs in flight at each of two breaks: the pool cannot tell whose worker died, and both
+    used to fail with WorkerDied. Now both train alone, one at a time: the dying one breaks its own
+    pool and fails, the healthy one finishes."""
+    cfgs = seeds(97, 0)
+    slots = [{"RAGEN_TEST_SLOT": "a"}, {"RAGEN_TEST_SLOT": "b"}]
+    dying, healthy = (runs.run_dir(tmp_path, "f", c) for c in cfgs)
+    with pytest.raises(RuntimeError, match=rf"^1 of 2 runs failed \({dying.name}\); the others") as info:
+        experiments.run_grid(tmp_path, "f", cfgs, neighbour_killing_train, progress=False, slots=slots)
+    assert isinstance(info.value.__cause__, experiments.WorkerDied)
+    assert Run(healthy, cfgs[1]).done and not Run(dying, cfgs[0]).done
+    out = capfd.readouterr().out
+    assert len(re.findall(r"a grid worker process died and broke the pool", out)) == 3, out
+    assert f"{healthy.name} was in flight at 2 breaks, each shared with other runs: it trains alone" in out
+    assert re.search(rf"run failed: {re.escape(str(dying))}: the worker process .* died 3 times", out)
+    assert len((tmp_path / "starts").read_text().splitlines()) == 3  # twice beside it, once alone
+
+
+def last_spawned_dies_train(cfg, run):
+    """The first time, the run whose worker was spawned last (the higher PID) kills it once both are
+    in flight; the other stays in flight for 60 s. The second time both train."""
+    root = Path(run.path).parents[2]
+    if not (root / "died").exists():
+        (root / f"pid-{cfg.train.seed}").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while len(list(root.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # the other's PID is whole
+        if os.getpid() == max(int(f.read_text()) for f in root.glob("pid-*")):
+            (root / "died").touch()
+            os._exit(1)
+        time.sleep(60)  # killed with the pool before this ends
+    run.resume()
+    return pooled_train(cfg, run)
+
+
+def test_the_death_of_the_last_spawned_worker_is_seen_at_once(tmp_path, capfd):
+    """The executor spawns a worker per submit after waking its manager thread, which could already
+    be waiting on the first worker alone: the second one's death went unseen until the first run
+    finished (here 60 s; hours in a grid, its slot idle), and only then broke the pool."""
+    cfgs = seeds(0, 1)
+    slots = [{"RAGEN_TEST_SLOT": "a"}, {"RAGEN_TEST_SLOT": "b"}]
+    experiments.run_grid(tmp_path, "f", cfgs, last_spawned_dies_train, progress=False, slots=slots)
+    assert all(Run(runs.run_dir(tmp_path, "f", c), c).done for c in cfgs)
+    out = capfd.readouterr().out
+    assert re.findall(r"broke the pool \((\d) run\(s\) were in flight\)", out) == ["2"], out
+
+
 def test_a_checkpoint_left_beside_a_done_is_removed_when_the_grid_reuses_the_run(
     tmp_path, capsys, monkeypatch
 ):
