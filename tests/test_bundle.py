@@ -160,3 +160,39 @@ def test_an_unknown_extra_is_refused_before_anything_is_downloaded(tmp_path):
     from ragen_lib.__main__ import main
 
     assert main(["bundle", str(tmp_path / "dest"), "--extras", "tests"]) == 2  # one line, no traceback
+
+
+def test_a_folder_that_is_not_a_bundle_is_refused_and_kept(tmp_path):
+    """`bundle DEST` removed DEST first, whatever it held (results, a checkout), even when the build
+    then failed: `make offline-bundle DEST=outputs` lost every finished run."""
+    from ragen_lib.__main__ import main
+
+    results = tmp_path / "outputs"
+    (results / "runs" / "x").mkdir(parents=True)
+    (results / "runs" / "x" / "DONE").write_text("{}")
+    with pytest.raises(ValueError, match="is not an offline bundle.*name a new folder"):
+        bundle.build(results, pythons=["3.12"])
+    assert main(["bundle", str(results)]) == 2
+    assert main(["bundle", str(tmp_path / "new"), "--python", "9.9"]) == 2  # refused before pip
+    assert (results / "runs" / "x" / "DONE").read_text() == "{}"
+
+
+def test_a_failed_build_leaves_the_earlier_bundle_and_a_good_one_replaces_it(built):
+    tmp, index, dest, manifest, model = built
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    with pytest.raises(RuntimeError, match="pip download failed"):
+        bundle.build(dest, part_mb=0.2, pythons=[py], requirements=["no-such-package"], find_links=str(index))
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in dest.parent.iterdir() if p.name.startswith(".dest")) == []
+    again = bundle.build(
+        dest,
+        part_mb=0.2,
+        pythons=[py],
+        requirements=["beta"],
+        find_links=str(index),
+        model=model,
+        verify_imports=["beta"],
+    )
+    assert list(again["pins"][py]) == ["beta"]
+    assert json.loads((dest / "manifest.json").read_text())["pins"] == again["pins"]
