@@ -21,7 +21,13 @@ from pathlib import Path
 import yaml
 
 from ragen_lib import envs
-from ragen_lib.algorithms import ADVANTAGE_ESTIMATORS, FILTER_MODES, KL_ESTIMATORS, POLICY_OBJECTIVES
+from ragen_lib.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    FILTER_MODES,
+    KL_ESTIMATORS,
+    KL_REWARD_ESTIMATORS,
+    POLICY_OBJECTIVES,
+)
 from ragen_lib.attention import DECODE_KERNELS, require_flex
 from ragen_lib.distributed import world_size
 from ragen_lib.models import DTYPES as MODEL_DTYPES
@@ -103,6 +109,12 @@ class RolloutConfig:
 
     def __post_init__(self):
         _check_fields("rollout", self)
+        if self.max_new_tokens is not None and self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError(
+                f"rollout.max_new_tokens={self.max_new_tokens} leaves no room for the prompt in "
+                f"rollout.max_context_tokens={self.max_context_tokens}: every episode would end "
+                "before its first turn. Raise max_context_tokens or lower max_new_tokens"
+            )
         _choice("rollout.kv_cache", self.kv_cache, KV_CACHES)
         _choice("rollout.batching", self.batching, BATCHINGS)
         _choice("rollout.decode_attention", self.decode_attention, DECODE_KERNELS)
@@ -209,11 +221,14 @@ class AlgoConfig:
     value_clip: float = 0.5
     """Clip of the critic's update around its old value."""
     kl_coef: float | None = None
-    """KL to the reference policy; 0 removes it (StarPO-S), KL is still logged. None: the preset's."""
+    """KL to the reference policy; 0 removes it (StarPO-S; KL is still logged as policy/kl_ref unless
+    train.log_kl_ref is off). None: the preset's."""
     kl_estimator: str = "k1"
     """k1 | k2 | k3 (Schulman's estimators)."""
     kl_in_reward: bool | None = None
-    """True: -kl_coef·KL is a per-token reward (PPO). False: a loss term (GRPO). None: the preset's."""
+    """True: -kl_coef·KL is a per-token reward (PPO), which only gae reads (`KL_REWARD_ESTIMATORS`;
+    with another estimator and kl_coef > 0 it is a config error). False: a loss term (GRPO). None:
+    the preset's."""
     entropy_coef: float = 0.001
     """Entropy bonus on generated tokens."""
     filter_keep: float | None = None
@@ -256,6 +271,15 @@ class AlgoConfig:
         _choice("algo.apo_reward_scale", self.apo_reward_scale, ("range", "none"))
         if self.advantage == "gae" and not self.critic:
             raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
+        if self.kl_coef > 0 and self.kl_in_reward and self.advantage not in KL_REWARD_ESTIMATORS:
+            # The KL reward is a per-token reward; an estimator built on the trajectory reward alone
+            # never reads it, so the run would log policy/kl_ref with no KL acting.
+            raise ValueError(
+                f"algo.kl_in_reward=true with algo.advantage={self.advantage}: only "
+                f"{'/'.join(KL_REWARD_ESTIMATORS)} reads a per-token KL reward, so algo.kl_coef="
+                f"{self.kl_coef} would act nowhere. Set algo.kl_in_reward=false (a KL loss term, as "
+                "starpo-grpo) or algo.kl_coef=0"
+            )
         if self.critic and self.advantage != "gae":
             # Only GAE reads the values; a critic beside grpo or apo costs a model copy and its
             # updates for nothing (verl turns it off for GRPO: ray_trainer.py:283-289).
@@ -444,6 +468,11 @@ class Config:
                 f"A*-PO draws train.groups×group_size = {t.groups * t.group_size} distinct states "
                 f"per step from a pool of algo.apo_prompt_pool={a.apo_prompt_pool}; raise it"
             )
+        if a.advantage == "grpo" and t.group_size < 2:
+            raise ValueError(
+                "algo.advantage=grpo normalises each reward within its group: with train.group_size=1 "
+                "every advantage is 0 and nothing is learned. Set train.group_size >= 2, or use gae"
+            )
         world = world_size()
         if t.groups % world:
             raise ValueError(
@@ -608,7 +637,7 @@ RANGES: dict[str, str] = {
     "rollout.max_context_tokens": ">= 1",
     "algo.gamma": "[0, 1]",
     "algo.lam": "[0, 1]",
-    "algo.clip_low": ">= 0",
+    "algo.clip_low": "[0, 1)",
     "algo.clip_high": ">= 0",
     "algo.value_clip": "> 0",
     "algo.kl_coef": ">= 0",
@@ -637,7 +666,8 @@ RANGES: dict[str, str] = {
         )
     },  # fmt: skip
     **{f"train.{k}": "> 0" for k in ("actor_lr", "critic_lr", "grad_clip", "warmup_lr")},
-    **{f"train.{k}": ">= 0" for k in ("weight_decay", "seed", "val_every", "val_temperature")},
+    **{f"train.{k}": ">= 0" for k in ("weight_decay", "val_every", "val_temperature")},
+    "train.seed": "[0, 2147483647]",
     **{f"train.{k}": ">= 0" for k in ("samples_every", "samples_per_step", "warmup_steps")},
     "train.betas": "[0, 1)",
     "train.max_skipped_frac": "[0, 1]",
@@ -647,7 +677,8 @@ RANGES: dict[str, str] = {
 WHY: dict[str, str] = {
     "train.grad_clip": "the largest gradient norm kept; a negative one would turn descent into ascent",
     "algo.kl_coef": "0 removes the KL term; a negative one would reward drifting from the reference",
-    "train.seed": "seeds key numpy generators, which take non-negative integers",
+    "train.seed": "seeds key numpy and torch generators, which take non-negative 32-bit integers",
+    "algo.clip_low": "the ratio is clipped below at 1 - clip_low; at 1 or more that bound is never reached",
     "train.checkpoint_every": "a checkpoint every k steps; at most k steps are redone after a crash",
     "algo.entropy_coef": "a negative one would push entropy down",
 }

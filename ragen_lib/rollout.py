@@ -314,6 +314,14 @@ def collect(
         tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
         return fits(i)
 
+    longest = max(len(t.ids) for t in tracks)
+    if longest + max_new > cfg.max_context_tokens:  # else an episode ends with no turn, yet trains
+        raise ValueError(
+            f"{env_name}: a first prompt of {longest} tokens plus rollout.max_new_tokens={max_new} "
+            f"exceeds rollout.max_context_tokens={cfg.max_context_tokens}, so an episode could not "
+            f"play one turn: raise rollout.max_context_tokens to at least {longest + max_new}, or "
+            "lower rollout.max_new_tokens"
+        )
     # The decode steps' attention kernel (rollout.decode_attention); the prefills run SDPA.
     with attention.decode_kernel(cfg.decode_attention):
         if cfg.batching == "continuous":

@@ -146,7 +146,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         mb_size = -(-shard.total // (t.mini_batches * t.online_k)) if t.mini_batches else t.mini_batch_size
         one_step = t.ppo_epochs == 1 and mb_size >= shard.total
         old_from_update = (
-            REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward and a.advantage == "gae")
+            REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward)  # (gae: config checks)
         )
         # A*-PO's objective is a log-ratio to the reference and a KL term needs it; else only the
         # policy/kl_ref diagnostic does (without it ref_logp stays 0: no term reads it).

@@ -101,6 +101,11 @@ def test_a_preset_resolves_wherever_the_config_is_built():
         ({"algo.name": "apo", "algo.filter_keep": 0.5}, "needs algo.filter_keep=1"),
         ({"algo.name": "apo", "algo.apo_prompt_pool": 8}, "raise it"),  # 8 groups × 16 > 8
         ({"algo.objective": "dpo"}, "algo.objective='dpo' is not valid; choose one of: ppo-clip, apo"),
+        # a KL reward only gae reads: with grpo or apo the penalty acted nowhere, yet kl_ref was logged
+        ({"algo.name": "starpo-grpo", "algo.kl_in_reward": True}, "only gae reads a per-token KL reward"),
+        ({"algo.name": "apo", "algo.kl_coef": 0.01}, "Set algo.kl_in_reward=false .* or algo.kl_coef=0"),
+        # one sample per group: every GRPO advantage is 0 (it trained on the entropy and KL terms)
+        ({"algo.name": "starpo-grpo", "train.group_size": 1}, "every advantage is 0"),
     ],
 )
 def test_cross_field_checks_fail_when_the_config_is_built(over, words):
@@ -129,7 +134,10 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
         ("train.steps=2.5", "train.steps must be an integer, got 2.5"),
         ("train.val_size=0", "train.val_size must be >= 1, got 0"),
         ("train.checkpoint_every=0", "train.checkpoint_every must be >= 1, got 0"),
-        ("train.seed=-1", "train.seed must be >= 0, got -1"),
+        ("train.seed=-1", "train.seed must be in [0, 2147483647], got -1"),
+        ("train.seed=100000000000000000000", "train.seed must be in [0, 2147483647]"),  # overflowed late
+        ("algo.clip_low=1.5", "algo.clip_low must be in [0, 1), got 1.5 (the ratio is clipped below"),
+        ("rollout.max_new_tokens=9000", "rollout.max_new_tokens=9000 leaves no room for the prompt"),
         ("train.seed=1.0", "train.seed must be an integer, got 1.0"),
         ("train.betas=[0.9]", "train.betas must be a list of two numbers"),
         ("train.betas=[0.9, 1.0]", "train.betas must be in [0, 1), got 1.0"),

@@ -176,3 +176,14 @@ def test_an_invalid_answer_that_closed_in_time_gives_the_parsers_reason_and_a_va
     assert ep.turns[-1].invalid_reason == (
         f"cut at the {ep.max_new_tokens}-token budget: no <think>…</think><answer>…</answer> found"
     )
+
+
+def test_a_first_prompt_that_leaves_no_room_for_a_turn_is_an_error_not_an_empty_batch(tiny):
+    """Every episode used to end truncated before its first turn (turns 0, no generated token) and
+    the run still updated and finished."""
+    model, tok = tiny
+    cfg = RolloutConfig(max_new_tokens=50, max_context_tokens=100)
+    with pytest.raises(
+        ValueError, match=r"sokoban: a first prompt of \d+ tokens plus rollout.max_new_tokens=50"
+    ):
+        collect(model, tok, "sokoban", seeds=[3], group_size=2, cfg=cfg, sample_seed=0)

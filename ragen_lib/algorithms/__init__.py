@@ -9,7 +9,7 @@ from ragen_lib.algorithms.advantages import (
     zscore,
 )
 from ragen_lib.algorithms.apo import apo_loss, apo_v_star, sequence_logprob
-from ragen_lib.algorithms.estimators import ADVANTAGE_ESTIMATORS, AdvantageInputs
+from ragen_lib.algorithms.estimators import ADVANTAGE_ESTIMATORS, KL_REWARD_ESTIMATORS, AdvantageInputs
 from ragen_lib.algorithms.filtering import FILTER_MODES, expand_group_mask, group_reward_std, select_groups
 from ragen_lib.algorithms.losses import (
     KL_ESTIMATORS,
@@ -29,6 +29,7 @@ __all__ = [
     "AdvantageInputs",
     "FILTER_MODES",
     "KL_ESTIMATORS",
+    "KL_REWARD_ESTIMATORS",
     "POLICY_AGGS",
     "apo_loss",
     "apo_v_star",

@@ -78,3 +78,6 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "grpo": grpo_estimator,
     "apo": apo_estimator,
 }
+KL_REWARD_ESTIMATORS: tuple[str, ...] = ("gae",)
+"""The estimators that read `x.kl` as a per-token reward (`algo.kl_in_reward`); the others are built
+on the trajectory reward alone, so with them the KL acts only as a loss term (kl_in_reward false)."""
