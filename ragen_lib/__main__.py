@@ -49,7 +49,7 @@ def _run(args) -> int:
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
     if not (path / runs.DONE).exists():  # before the run folder is made; a finished run needs no model
-        models.check(cfg.model.name)
+        models.check(cfg.model.name, cfg.model.device)
     if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
         trainer.train(cfg, None, progress=not args.quiet)
         return 0

@@ -372,8 +372,8 @@ def run_grid(
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
                 drop_stale_checkpoint(run)
-    for name in sorted({cfg.model.name for cfg, _ in todo}):
-        models.check(name)  # one clear error before any run starts, not one failed run per grid point
+    for name, device in sorted({(cfg.model.name, cfg.model.device or "") for cfg, _ in todo}):
+        models.check(name, device or None)  # one clear error before any run starts, not one per run
     bar = tqdm(
         total=len(todo),
         desc=f"{finding}: {len(set(paths)) - len(todo) - len(failures)} reused, {len(todo)} to run",

@@ -204,21 +204,52 @@ def resolve(name: str, *, convert: bool = True) -> str:
     if name.endswith(".gguf"):
         if not path.is_file():
             raise _not_found(name, f"model file {path} does not exist")
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic != b"GGUF":  # else the conversion fails deep in gguf/transformers, once per run
+            what = "is empty" if not magic else f"starts with {magic!r}, not GGUF's magic b'GGUF'"
+            raise _not_found(name, f"model file {path} {what} (a cut download, or another format?)")
         return str(converted_folder(path) if convert else path)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise _not_found(name, f"model folder {path} has no config.json")
+        missing = [
+            what
+            for what, patterns in FOLDER_FILES.items()
+            if not any(next(path.glob(pattern), None) for pattern in patterns)
+        ]
+        if missing:
+            raise _not_found(name, f"model folder {path} has no {' and no '.join(missing)}")
         return str(path)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
         raise _not_found(name, f"model path {path} does not exist")
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
 
-def check(name: str) -> None:
-    """Raise ModelNotFound, naming the fix, when `name` cannot load here; loads nothing. Run before a
-    run starts, so a missing file is one clear error and not a traceback per run of a grid. A hub id
-    passes: only its download can tell."""
+FOLDER_FILES = {
+    "weights (*.safetensors, *.bin)": ("*.safetensors", "*.bin"),
+    "tokenizer (tokenizer.json, tokenizer.model, vocab.json)": (
+        "tokenizer.json",
+        "tokenizer.model",
+        "vocab.json",
+    ),
+}
+"""What a model folder needs beside config.json for `from_pretrained` (model and tokenizer)."""
+
+
+def check(name: str, device: str | None = None) -> None:
+    """Raise ModelNotFound, naming the fix, when `name` cannot load here (or `device` is a GPU this
+    machine lacks); loads nothing. Run before a run starts, so a missing file is one clear error and
+    not a traceback per run of a grid. A hub id passes: only its download can tell."""
     resolve(name, convert=False)
+    if device is not None and torch.device(device).type == "cuda":
+        index = torch.device(device).index or 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
+            raise ModelNotFound(
+                f"model.device={device}: this machine has {have} (torch {torch.__version__}). Leave "
+                "model.device out to use what is here, or run on a GPU host with a CUDA build of torch"
+            )
 
 
 def converted_folder(gguf: Path) -> Path:

@@ -121,8 +121,24 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
         models.check(gone)
     with pytest.raises(models.ModelNotFound, match="has no config.json"):
         models.check(str(tmp_path))
+    (tmp_path / "model.gguf").write_bytes(b"")  # an empty or cut file failed only when a run loaded it
+    with pytest.raises(models.ModelNotFound, match="model.gguf is empty .*point RAGEN_MODEL at"):
+        models.check(gone)
+    (tmp_path / "model.gguf").write_bytes(b"<html>404</html>")
+    with pytest.raises(models.ModelNotFound, match=r"starts with b'<htm', not GGUF's magic"):
+        models.check(gone)
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
     models.check(gone)  # found: nothing is loaded or converted (these 4 bytes would not convert)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")  # failed in the tokenizer, once per run
+    with pytest.raises(
+        models.ModelNotFound, match=r"has no weights \(\*.safetensors, \*.bin\) and no tokenizer"
+    ):
+        models.check(str(folder))
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    models.check(str(folder))
     models.check(models.TINY_RANDOM)
     models.check("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: only the download can tell
 
@@ -237,3 +253,17 @@ def test_rollouts_and_shared_prefix_forwards_raise_no_deprecation_of_their_cache
         )
     named = [str(w.message) for w in caught if "past_key_values" in str(w.message)]
     assert not named, named[:1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_a_gpu_device_on_a_machine_without_one_is_refused_before_any_run(tmp_path, capsys):
+    """model.device=cuda on a CPU host used to fail in every run of a grid, each leaving a folder."""
+    from ragen_lib.__main__ import main
+
+    with pytest.raises(models.ModelNotFound, match="model.device=cuda: this machine has no CUDA"):
+        models.check(models.TINY_RANDOM, "cuda")
+    models.check(models.TINY_RANDOM, "cpu")
+    over = ["--set", "model.name=tiny-random", "model.device=cuda"]
+    assert main(["run", "params/examples/bandit_ppo.yaml", "--out", str(tmp_path), *over]) == 2
+    assert "this machine has no CUDA" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("config.yaml"))  # no run folder was made
