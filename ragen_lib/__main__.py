@@ -284,16 +284,33 @@ def _repair(args) -> int:
     return 0
 
 
+def _at_least(low):
+    """An argparse type: a number of low's type, at least `low` (checked before any model loads)."""
+    kind = type(low)
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not value >= low:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lib")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="play one multi-turn episode group with a model and print it")
     demo.add_argument("--env", default="sokoban")
     demo.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--samples", type=int, default=2, help="episodes from the same initial state")
-    demo.add_argument("--temperature", type=float, default=1.0)
-    demo.add_argument("--max-new-tokens", type=int, default=120)
+    demo.add_argument("--seed", type=_at_least(0), default=0)
+    demo.add_argument("--samples", type=_at_least(1), default=2, help="episodes from the same initial state")
+    demo.add_argument("--temperature", type=_at_least(0.0), default=1.0)
+    demo.add_argument("--max-new-tokens", type=_at_least(1), default=120)
     run = sub.add_parser("run", help="train one config; a finished run is reused, an unfinished one resumed")
     run.add_argument("config", help="YAML with sections model / env / rollout / algo / train")
     run.add_argument(
@@ -377,15 +394,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     repair.add_argument("runs", nargs="+", help="run folders (<root>/runs/<finding>/<run>)")
     zs = sub.add_parser("zeroshot", help="format-valid rate of a model's first answers, per env")
-    zs.add_argument("--envs", nargs="*", default=["bandit", "sokoban", "frozenlake"])
+    zs.add_argument("--envs", nargs="+", default=["bandit", "sokoban", "frozenlake"])
     zs.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
-    zs.add_argument("--n", type=int, default=64, help="validation states, one answer each")
-    zs.add_argument("--temperature", type=float, default=1.0)
+    zs.add_argument("--n", type=_at_least(1), default=64, help="validation states, one answer each")
+    zs.add_argument("--temperature", type=_at_least(0.0), default=1.0)
     zs.add_argument(
         "--max-new-tokens", type=int, default=None, help="default: the env's (RAGEN: 400, Bandit 500)"
     )
-    zs.add_argument("--batch", type=int, default=64, help="states generated for at once")
-    zs.add_argument("--seed", type=int, default=0, help="sampling seed")
+    zs.add_argument("--batch", type=_at_least(1), default=64, help="states generated for at once")
+    zs.add_argument("--seed", type=_at_least(0), default=0, help="sampling seed")
     zs.add_argument("--no-think", action="store_true", help="no-think mode: <answer> only")
     zs.add_argument("--compare", action="store_true", help="also without the prefill, same states and seed")
     args = parser.parse_args(argv)

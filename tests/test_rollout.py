@@ -187,3 +187,25 @@ def test_a_first_prompt_that_leaves_no_room_for_a_turn_is_an_error_not_an_empty_
         ValueError, match=r"sokoban: a first prompt of \d+ tokens plus rollout.max_new_tokens=50"
     ):
         collect(model, tok, "sokoban", seeds=[3], group_size=2, cfg=cfg, sample_seed=0)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["demo", "--samples", "0"], "argument --samples: must be at least 1, got 0"),
+        (["demo", "--temperature", "-1"], "argument --temperature: must be at least 0.0"),
+        (["demo", "--seed", "-1"], "argument --seed: must be at least 0"),
+        (["zeroshot", "--n", "0"], "argument --n: must be at least 1"),  # was a ZeroDivisionError
+        (["zeroshot", "--batch", "0"], "argument --batch: must be at least 1"),
+        (["zeroshot", "--n", "x"], "argument --n: 'x' is not an integer"),
+        (["zeroshot", "--envs"], "argument --envs: expected at least one argument"),  # printed nothing
+    ],
+)
+def test_demo_and_zeroshot_refuse_bad_numbers_before_the_model_loads(argv, message, capsys, monkeypatch):
+    from ragen_lib import models
+    from ragen_lib.__main__ import main
+
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded first"))
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
