@@ -94,25 +94,6 @@ def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
     )
 
 
-def peak_final(values: pd.Series) -> tuple[float, float, int | None]:
-    """(peak, final, step of peak) of a step-indexed series; NaNs ignored."""
-    v = values.dropna()
-    if v.empty:
-        return float("nan"), float("nan"), None
-    return float(v.max()), float(v.iloc[-1]), int(v.idxmax())
-
-
-def collapse_step(values: pd.Series, frac: float = 0.5, min_peak: float = 0.05) -> int | None:
-    """First step after the peak where the value falls below `frac` × peak; None when it never
-    does or the peak is below `min_peak` (nothing learned, nothing to collapse)."""
-    v = values.dropna()
-    if v.empty or v.max() < min_peak:
-        return None
-    after = v.loc[v.idxmax() :]
-    below = after[after < frac * v.max()]
-    return int(below.index[0]) if len(below) else None
-
-
 def drop_step(values: pd.Series, frac: float = 0.5) -> int | None:
     """First step where the value falls below `frac` × its maximum over the first third."""
     v = values.dropna()

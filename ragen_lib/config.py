@@ -209,9 +209,9 @@ class AlgoConfig:
     (`enable_response_mask: False` at 385bc30); "response": only the tokens the model generated
     (RAGEN's later default; A*-PO's log-ratio). None: the preset's."""
     gamma: float = 1.0
-    """GAE discount over policy tokens (RAGEN: 1)."""
+    """GAE discount over the loss-mask tokens (`loss_mask`; RAGEN: 1)."""
     lam: float = 1.0
-    """GAE lambda (RAGEN: 1)."""
+    """GAE lambda over the loss-mask tokens (RAGEN: 1)."""
     grpo_scale: bool = True
     """GRPO: divide by the group std (True) or only subtract the group mean (False)."""
     clip_low: float = 0.2
@@ -230,7 +230,8 @@ class AlgoConfig:
     with another estimator and kl_coef > 0 it is a config error). False: a loss term (GRPO). None:
     the preset's."""
     entropy_coef: float = 0.001
-    """Entropy bonus on generated tokens."""
+    """Entropy bonus over the loss-mask tokens (`loss_mask`: with "paper", observations too, as
+    RAGEN's paper runs)."""
     filter_keep: float | None = None
     """Uncertainty filter: fraction of groups kept by the std of their raw rewards (StarPO-S: 0.25).
     None: the preset's."""
@@ -247,7 +248,8 @@ class AlgoConfig:
     apo_prompt_pool: int | None = None
     """A*-PO: the fixed set of training initial states whose V* is estimated offline. None:
     train.steps × train.groups, as many distinct states as StarPO sees over the run (A*-PO's stage 1
-    covers its whole training set); stage 1's cost grows with it and is logged as time/v_star."""
+    covers its whole training set), and at least the groups × group_size states one step draws
+    (`Config.apo_pool_size`); stage 1's cost grows with it and is logged as time/v_star."""
     apo_reward_scale: str = "range"
     """How A*-PO's β1 and β2 (set for 0/1 rewards) meet multi-turn returns: "range" divides every
     reward A*-PO sees (stage 1 and 2) by the spread of stage 1's reference rewards (max − min over
@@ -375,9 +377,13 @@ class TrainConfig:
     with old log-probs from the behaviour policy. To keep the optimizer steps and episodes of k = 1,
     a run plays steps / online_k rollouts, logged at steps 0, k, 2k, …"""
     actor_lr: float = 1e-6
+    """Policy learning rate, AdamW (RAGEN: 1e-6)."""
     critic_lr: float = 1e-5
+    """Critic learning rate, AdamW (RAGEN: 1e-5)."""
     weight_decay: float = 0.01
+    """AdamW weight decay of the policy and the critic (RAGEN/verl: 0.01; the warm-up uses 0)."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas of the policy and the critic."""
     grad_clip: float = 1.0
     """Max global grad norm; a non-finite norm skips the optimizer step (counted)."""
     seed: int = 0
@@ -387,20 +393,27 @@ class TrainConfig:
     val_size: int = 256
     """Fixed validation initial states (RAGEN: 256)."""
     val_temperature: float = 0.5
+    """Sampling temperature of validation rollouts (RAGEN: 0.5)."""
     checkpoint_every: int = 10
+    """Write a checkpoint every k steps (and at the last); a crash redoes at most k steps."""
     samples_every: int = 10
     """Write full trajectories to samples.jsonl every k steps (the echo-trap tables)."""
     samples_per_step: int = 4
+    """Trajectories written to samples.jsonl at each `samples_every` step."""
     warmup: str = "none"
     """Format warm-up before RL: none | self (rejection-sample own valid answers) | expert (BC on the
     env's scripted expert) | format (BC on well-formed answers with uniformly random valid actions:
     teaches the format and nothing about the task, so RL's gains are the task's)."""
     warmup_steps: int = 10
+    """Optimizer steps of the warm-up: expert and format take each on mini_batch_size answers drawn
+    from their set, self one per round on that round's valid answers; micro-batches of
+    micro_batch_size. 0 trains nothing."""
     warmup_lr: float = 3e-5
     """10 × 3e-5 measured with the embedded model (format): format-valid 0 → 1.00 on Bandit and
     0.78 on Sokoban; 6 × 1e-5 left Bandit at 0.00; 10 × 1e-4 biased Bandit's arm choice."""
     warmup_episodes: int = 64
-    """Expert episodes (expert) or sampled prompts per round (self) used by the warm-up."""
+    """Episodes the warm-up draws its batches from: expert episodes (expert), well-formed answers
+    (format) or sampled prompts per round (self)."""
     max_skipped_frac: float = 0.25
     """Stop with an error (the run stays resumable) once more than this fraction of the optimizer
     steps so far skipped a non-finite gradient (policy or critic); a single skipped step never stops

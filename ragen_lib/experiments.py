@@ -47,7 +47,6 @@ from ragen_lib import config, models, runs
 from ragen_lib.envs import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = ("smoke", "quick", "paper")
 
 
 def default_profile() -> str:
@@ -715,24 +714,23 @@ def model_size(name: str) -> tuple[int, int]:
     return policy, critic
 
 
-def _dtype_bytes(cfg: config.Config, device: str | None = None) -> int:
-    """Bytes per stored parameter: the weights and AdamW's states are float32 master copies whatever
-    `model.dtype` (the compute dtype, models.py) says, so 4 on every device."""
-    return 4
+PARAM_BYTES = 4
+"""Bytes per stored parameter: the weights and AdamW's states are float32 master copies whatever
+`model.dtype` (the compute dtype, models.py) says, so 4 on every device."""
 
 
-def checkpoint_bytes(cfg: config.Config, device: str | None = None) -> int:
+def checkpoint_bytes(cfg: config.Config) -> int:
     """One checkpoint of `cfg` (trainer._checkpoint): policy + its two Adam moments, the critic and
-    its two moments when there is one, the reference after a warm-up, all float32 (`_dtype_bytes`),
+    its two moments when there is one, the reference after a warm-up, all float32 (`PARAM_BYTES`),
     plus the metrics copy. Checked against a written checkpoint in tests/test_experiments.py."""
     policy, critic = model_size(cfg.model.name)
     params = (
         3 * policy + (3 * critic if cfg.algo.critic else 0) + (policy if cfg.train.warmup != "none" else 0)
     )
-    return params * _dtype_bytes(cfg, device) + cfg.train.steps * METRIC_LINE_BYTES
+    return params * PARAM_BYTES + cfg.train.steps * METRIC_LINE_BYTES
 
 
-def finished_bytes(cfg: config.Config, device: str | None = None) -> int:
+def finished_bytes(cfg: config.Config) -> int:
     """What a finished run leaves: metrics, samples, and the final weights with keep_final_weights."""
     t = cfg.train
     logged = len(range(0, t.steps, t.samples_every)) * t.samples_per_step if t.samples_every else 0
@@ -741,7 +739,7 @@ def finished_bytes(cfg: config.Config, device: str | None = None) -> int:
     weights = 0
     if t.keep_final_weights:
         policy, critic = model_size(cfg.model.name)
-        weights = (policy + (critic if cfg.algo.critic else 0)) * _dtype_bytes(cfg, device)
+        weights = (policy + (critic if cfg.algo.critic else 0)) * PARAM_BYTES
     return t.steps * METRIC_LINE_BYTES + samples + weights
 
 
@@ -811,7 +809,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
         todo = [c for p, c in unique.items() if not (p / runs.DONE).exists()]
         to_load |= {c.model.name for c in todo}
-        ckpt = max((checkpoint_bytes(c, device) for c in todo), default=0)
+        ckpt = max((checkpoint_bytes(c) for c in todo), default=0)
         judged = {runs.run_dir(root, finding, c) for c, labels in pairs if labels.get("judged")}
         cuda = any(c.model.device != "cpu" for c in todo) and (device or "cuda") != "cpu"
         bench = measured_step(cuda)
@@ -831,7 +829,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
                 "steps": sum(c.train.steps for c in todo),
                 "checkpoint_bytes": ckpt,
                 "peak_bytes": min(workers, len(todo)) * 2 * ckpt,
-                "left_bytes": sum(finished_bytes(c, device) for c in todo),
+                "left_bytes": sum(finished_bytes(c) for c in todo),
             }
         )
     disk = root

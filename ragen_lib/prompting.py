@@ -37,7 +37,6 @@ from ragen_lib.envs.base import TextEnv
 
 #: RAGEN's system message, trailing space included (ctx_manager.py:218).
 SYSTEM_PROMPT = "You're a helpful assistant. "
-FORMAT_PENALTY = -0.1
 ACTION_SEPARATOR = "||"
 
 THINK_FORMAT = "<think> [Your thoughts] </think> <answer> [your answer] </answer>"

@@ -14,12 +14,6 @@ def s(values, start=0):
     return pd.Series(values, index=range(start, start + len(values)), dtype=float)
 
 
-def test_collapse_step_is_first_step_after_peak_below_half():
-    assert analysis.collapse_step(s([0.1, 0.4, 0.8, 0.5, 0.39, 0.2])) == 4  # 0.39 < 0.4 = 0.8 / 2
-    assert analysis.collapse_step(s([0.1, 0.4, 0.8, 0.5, 0.41])) is None  # never below half
-    assert analysis.collapse_step(s([0.0, 0.04, 0.0])) is None  # peak under 0.05: nothing learned
-
-
 def test_drop_step_and_lead():
     # max over the first third (steps 0-1) is 2.0; the first value below 1.0 is at step 4
     std = s([2.0, 1.5, 1.2, 1.1, 0.9, 0.5])

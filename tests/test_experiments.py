@@ -132,7 +132,7 @@ def test_run_grid_names_a_missing_model_once_before_any_run_and_reuses_finished_
 
     gone = str(tmp_path / "moved.gguf")
     done, todo = [config.from_dict(c.to_dict(), {"model.name": gone}) for c in seeds(0, 1)]
-    Path(gone).write_bytes(b"")  # there while the first run trains
+    Path(gone).write_bytes(b"GGUF")  # there while the first run trains
     experiments.run_grid(tmp_path, "f", [done], fake_train, progress=False)
     Path(gone).unlink()  # then moved: the finished run is still reused, the new one is refused
     with pytest.raises(
@@ -454,7 +454,7 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     assert (row["runs"], row["done"], row["to_train"], row["steps"]) == (16, 0, 16, 48)
     assert (row["judged"], row["pilot"]) == (16, 0)  # smoke judges everything (one seed: INCONCLUSIVE)
     cfg = experiments.variants("03_uncertainty_filtering", "smoke")[1][0][0]
-    assert row["checkpoint_bytes"] == experiments.checkpoint_bytes(cfg, "cpu")
+    assert row["checkpoint_bytes"] == experiments.checkpoint_bytes(cfg)
     assert row["peak_bytes"] == p["workers"] * 2 * row["checkpoint_bytes"]
     assert p["need_bytes"] == row["peak_bytes"] + row["left_bytes"]
     # the embedded model on a GPU: policy, critic and reference as float32 master copies (models.py)
@@ -462,9 +462,7 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     quick = experiments.variants("01_instability", "quick")[1][0][0]
     policy, critic = experiments.model_size(quick.model.name)
     assert 130e6 < policy < 140e6 and critic > policy - 1  # SmolLM2-135M; tied head counted once
-    assert experiments.checkpoint_bytes(quick, "cuda") == pytest.approx(
-        4 * (4 * policy + 3 * critic), rel=0.01
-    )
+    assert experiments.checkpoint_bytes(quick) == pytest.approx(4 * (4 * policy + 3 * critic), rel=0.01)
     assert p["models"] == ["tiny-random"]
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 0
     out = capsys.readouterr().out

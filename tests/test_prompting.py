@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
-from ragen_lib.prompting import FORMAT_PENALTY, first_user_message, parse_response, turn_prompt
+from ragen_lib.prompting import first_user_message, parse_response, turn_prompt
 from ragen_lib.rollout import Episode
 from tests.conftest import LineEnv
 
@@ -205,7 +205,7 @@ def test_episode_prefill_penalty_shown_reward_and_success(line_env):
     ep = Episode(line_env, seed=0, cfg=RolloutConfig(max_turns=5, max_actions_per_episode=10))
     assert ep.prefill == "<think>"
     nxt = ep.step("no tags at all")
-    assert ep.turns[-1].reward == FORMAT_PENALTY and ep.turns[-1].executed == []
+    assert ep.turns[-1].reward == RolloutConfig().format_penalty == -0.1 and ep.turns[-1].executed == []
     assert ep.messages[-2]["content"] == "<think>no tags at all"  # the prefill is part of the reply
     # The model sees the env reward (RAGEN's int 0: nothing ran), never the format penalty.
     assert nxt.startswith("Reward:\n0\n\nTurn 2:")
@@ -215,7 +215,7 @@ def test_episode_prefill_penalty_shown_reward_and_success(line_env):
     assert ep.step("a</think><answer>Right || Right</answer>") is None  # goal after 1 action
     assert ep.terminated and ep.success and not ep.truncated
     assert ep.turns[-1].executed == ["Right"]  # stops executing once the episode ends
-    assert ep.total_reward == FORMAT_PENALTY + 1.0
+    assert ep.total_reward == RolloutConfig().format_penalty + 1.0
     assert [m["role"] for m in ep.messages] == [
         "system",
         "user",
