@@ -452,6 +452,11 @@ class TrainConfig:
         _choice("train.warmup", self.warmup, ("none", "self", "expert", "format"))
         _choice("train.minibatch_order", self.minibatch_order, MINIBATCH_ORDERS)
         _choice("train.loss_agg", self.loss_agg, LOSS_AGGS)
+        if self.warmup != "none" and self.warmup_steps == 0:
+            raise ValueError(
+                f"train.warmup={self.warmup} with train.warmup_steps=0 trains nothing (the run would "
+                "say it warmed up): set train.warmup_steps >= 1, or train.warmup=none"
+            )
 
     @property
     def logged_steps(self) -> range:

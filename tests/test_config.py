@@ -138,6 +138,7 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
         ("train.seed=100000000000000000000", "train.seed must be in [0, 2147483647]"),  # overflowed late
         ("algo.clip_low=1.5", "algo.clip_low must be in [0, 1), got 1.5 (the ratio is clipped below"),
         ("rollout.max_new_tokens=9000", "rollout.max_new_tokens=9000 leaves no room for the prompt"),
+        ("train.warmup_steps=0", None),  # with no warm-up, fine
         ("train.seed=1.0", "train.seed must be an integer, got 1.0"),
         ("train.betas=[0.9]", "train.betas must be a list of two numbers"),
         ("train.betas=[0.9, 1.0]", "train.betas must be in [0, 1), got 1.0"),
@@ -158,9 +159,17 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
     ],
 )
 def test_bad_values_fail_when_the_config_is_built_and_say_what_is_wrong(override, message):
+    if message is None:
+        from_dict({}, [override])
+        return
     with pytest.raises(ValueError) as e:
         from_dict({}, [override])
     assert message in str(e.value)
+
+
+def test_a_warm_up_of_zero_steps_is_refused():
+    with pytest.raises(ValueError, match="train.warmup=format with train.warmup_steps=0 trains nothing"):
+        from_dict({}, ["train.warmup=format", "train.warmup_steps=0"])
 
 
 def test_a_misspelt_model_is_caught_before_any_hub_lookup(monkeypatch):
