@@ -38,6 +38,7 @@ from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.rollout import Episode, collect
 
+experiments.check_parameters()  # a misspelt papermill -p name stops here (papermill only warns)
 profile = profile or experiments.default_profile()
 model_name = experiments.load_profile(profile)["overrides"].get("model.name")
 ENVS = ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvocab", "frozenlake", "webshop"]

@@ -25,8 +25,10 @@ started run is left resumable. `plan(profile)` says what a profile will train an
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import difflib
 import functools
 import gc
 import itertools
@@ -298,6 +300,7 @@ def run_finding(
     Returns a DataFrame with one row per run × step: metrics, `cfg.*` columns, the variant's
     labels, and `profile`; `df.attrs` holds profile, finding, root and wall_s.
     """
+    check_parameters()
     profile = profile or default_profile()
     finding, pairs = variants(finding, profile, seeds=seeds, overrides=overrides)
     root = Path(root) if root else runs.output_root(profile)
@@ -312,6 +315,43 @@ def run_finding(
     df["profile"] = profile
     df.attrs.update(profile=profile, finding=finding, wall_s=time.perf_counter() - t0, root=str(root))
     return df
+
+
+def check_parameters(history: list[str] | None = None) -> None:
+    """Refuse a papermill parameter the notebook does not have (`-p profle paper`): papermill only
+    logs a warning and runs the defaults, so the verdict would answer another question. In a kernel
+    the cell papermill injects (it starts "# Parameters") runs right after the notebook's
+    parameters cell; every name it assigns must be one that cell assigns. `history`: the sources of
+    the cells run so far, in order (default: IPython's `In`; outside IPython there is nothing to
+    check)."""
+    if history is None:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    for i in range(1, len(history)):
+        if not history[i].startswith("# Parameters\n"):
+            continue
+        declared, given = _assigned(history[i - 1]), _assigned(history[i])
+        unknown = sorted(n for n in given - declared if not n.startswith("PM_"))  # PM_: papermill's own
+        if declared and unknown:
+            close = {n: difflib.get_close_matches(n, sorted(declared), n=1) for n in unknown}
+            hints = [n + (f" (did you mean {c[0]}?)" if c else "") for n, c in close.items()]
+            raise ValueError(
+                f"unknown notebook parameter(s) {', '.join(hints)}: this notebook takes "
+                f"{', '.join(sorted(declared))}. papermill only warned and would have run the defaults; "
+                "fix the -p name"
+            )
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell assigns at its top level (empty when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    targets = [t for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    targets += [node.target for node in tree.body if isinstance(node, ast.AnnAssign)]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
 
 
 def samples(df):

@@ -1,6 +1,7 @@
 """Experiments: grid files, profiles, variants, the plan, and training a grid in worker processes
 (reuse, failures, interrupts)."""
 
+import functools
 import json
 import os
 import re
@@ -390,6 +391,46 @@ def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_erro
         experiments.variants("03_uncertainty_filtering", "smoke", overrides="[1, 2]")
     with pytest.raises(ValueError, match="overrides, line 1"):
         experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": ')
+
+
+NOTEBOOK_PARAMETERS = "profile = None  # smoke | quick | paper\nseeds = None\noverrides = {}\n"
+
+
+def test_a_papermill_parameter_the_notebook_lacks_is_refused_with_the_close_name():
+    """papermill only warns about `-p profle paper` and runs the defaults: a verdict for the wrong
+    question. The cell it injects runs after the parameters cell; each name it sets must be there."""
+    injected = '# Parameters\nprofle = "paper"\noverides = {"train.steps": 5}\nPM_INPUT_PATH = "a"\n'
+    with pytest.raises(ValueError) as e:
+        experiments.check_parameters(["import x", NOTEBOOK_PARAMETERS, injected, "df = ..."])
+    assert str(e.value).startswith(
+        "unknown notebook parameter(s) overides (did you mean overrides?), profle (did you mean profile?): "
+        "this notebook takes overrides, profile, seeds."
+    )
+    experiments.check_parameters([NOTEBOOK_PARAMETERS, '# Parameters\nprofile = "paper"\nseeds = [0]\n'])
+    experiments.check_parameters(
+        [NOTEBOOK_PARAMETERS, "profle = 1"]
+    )  # typed in a cell by hand: not papermill's
+    experiments.check_parameters()  # outside IPython: nothing to check
+
+
+def test_papermill_with_a_misspelt_parameter_stops_the_notebook(tmp_path):
+    import nbformat
+    import papermill
+
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(NOTEBOOK_PARAMETERS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [
+        params,
+        nbformat.v4.new_code_cell("from ragen_lib import experiments\nexperiments.check_parameters()"),
+    ]
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    run = functools.partial(
+        papermill.execute_notebook, kernel_name="python3", language="python", progress_bar=False
+    )
+    run(tmp_path / "in.ipynb", tmp_path / "ok.ipynb", parameters={"profile": "smoke"})
+    with pytest.raises(papermill.PapermillExecutionError, match="profle \\(did you mean profile\\?\\)"):
+        run(tmp_path / "in.ipynb", tmp_path / "bad.ipynb", parameters={"profle": "paper"})
 
 
 def test_papermill_seeds_as_json_text_and_bad_seed_lists_are_errors(tmp_path):
