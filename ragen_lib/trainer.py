@@ -574,6 +574,8 @@ def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int, reward_
     budget goes uniformly and the other half to the states whose first rewards vary (a constant
     reward says V* = that reward already).
     """
+    # V* is an expectation under π_ref itself, the distribution stage 2's log-ratio scores: T = 1,
+    # whatever temperature the training rollouts sample at.
     a, rcfg = cfg.algo, dataclasses.replace(cfg.rollout, temperature=1.0)
     n0 = max(2, a.apo_ref_samples // 2) if a.apo_adaptive else a.apo_ref_samples
     rewards: dict[int, list[float]] = {s: [] for s in pool}
