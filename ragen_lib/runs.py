@@ -889,7 +889,8 @@ class Run:
             steps = None
         if steps == self.schedule_to(step):
             return []
-        box = self._quarantine([newest, self.path / "metrics.jsonl", self.path / "samples.jsonl"])
+        stale = sorted((self.path / CKPT).glob("step_*.pt"))  # an older one left by a crash, too
+        box = self._quarantine([*stale, self.path / "metrics.jsonl", self.path / "samples.jsonl"])
         what = "do not parse" if steps is None else f"hold {_steps_text(steps)}"
         return [
             f"the metrics {what}, not steps 0-{step} of checkpoint {newest.name}, which has no copy of "

@@ -173,6 +173,10 @@ def test_a_folder_that_is_not_a_bundle_is_refused_and_kept(tmp_path):
     with pytest.raises(ValueError, match="is not an offline bundle.*name a new folder"):
         bundle.build(results, pythons=["3.12"])
     assert main(["bundle", str(results)]) == 2
+    notes = tmp_path / "notes"  # only control-file names, but no manifest: not a bundle
+    notes.mkdir()
+    (notes / "README.txt").write_text("my notes")
+    assert main(["bundle", str(notes)]) == 2 and (notes / "README.txt").read_text() == "my notes"
     assert main(["bundle", str(tmp_path / "new"), "--python", "9.9"]) == 2  # refused before pip
     assert (results / "runs" / "x" / "DONE").read_text() == "{}"
 

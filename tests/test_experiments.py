@@ -399,7 +399,7 @@ NOTEBOOK_PARAMETERS = "profile = None  # smoke | quick | paper\nseeds = None\nov
 def test_a_papermill_parameter_the_notebook_lacks_is_refused_with_the_close_name():
     """papermill only warns about `-p profle paper` and runs the defaults: a verdict for the wrong
     question. The cell it injects runs after the parameters cell; each name it sets must be there."""
-    injected = '# Parameters\nprofle = "paper"\noverides = {"train.steps": 5}\nPM_INPUT_PATH = "a"\n'
+    injected = '# Parameters\nprofle = "paper"\noverides = {"train.steps": 5}\nPAPERMILL_INPUT_PATH = "a"\n'
     with pytest.raises(ValueError) as e:
         experiments.check_parameters(["import x", NOTEBOOK_PARAMETERS, injected, "df = ..."])
     assert str(e.value).startswith(
@@ -411,6 +411,15 @@ def test_a_papermill_parameter_the_notebook_lacks_is_refused_with_the_close_name
         [NOTEBOOK_PARAMETERS, "profle = 1"]
     )  # typed in a cell by hand: not papermill's
     experiments.check_parameters()  # outside IPython: nothing to check
+    # the injected cell re-run by hand later in a papermill output: it follows a cell that is not
+    # the parameters cell, and the earlier (good) injected cell is not looked at again
+    rerun = [
+        NOTEBOOK_PARAMETERS,
+        '# Parameters\nprofile = "paper"\n',
+        "df.plot()",
+        '# Parameters\nprofile = "x"\n',
+    ]
+    experiments.check_parameters(rerun)
 
 
 def test_papermill_with_a_misspelt_parameter_stops_the_notebook(tmp_path):

@@ -184,7 +184,8 @@ def test_a_first_prompt_that_leaves_no_room_for_a_turn_is_an_error_not_an_empty_
     model, tok = tiny
     cfg = RolloutConfig(max_new_tokens=50, max_context_tokens=100)
     with pytest.raises(
-        ValueError, match=r"sokoban: a first prompt of \d+ tokens plus rollout.max_new_tokens=50"
+        ValueError,
+        match=r"sokoban: a first prompt of \d+ tokens plus 50 new tokens per turn \(rollout.max_new_tokens\)",
     ):
         collect(model, tok, "sokoban", seeds=[3], group_size=2, cfg=cfg, sample_seed=0)
 

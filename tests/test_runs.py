@@ -280,6 +280,7 @@ def test_an_older_format_checkpoint_over_a_metrics_hole_is_repaired_not_looped(t
     m.write_text("".join(lines[:2] + (["GARBAGE\n"] if damage == "garbage line" else []) + lines[3:]))
     with Run(run.path, CFG) as again, pytest.raises(CorruptRunError, match="older format.*repair"):
         again.resume()
+    runs.save_state(ckpt.with_name("step_000002.pt"), {**state, "format": 1})  # an older one a crash left
     assert main(["repair", str(run.path)]) == 0
     assert "trains again from step 0" in capsys.readouterr().out
     with Run(run.path, CFG) as again:
@@ -287,6 +288,7 @@ def test_an_older_format_checkpoint_over_a_metrics_hole_is_repaired_not_looped(t
     assert main(["repair", str(run.path)]) == 0
     assert "nothing to repair" in capsys.readouterr().out.lower()
     assert list((run.path / "quarantine").rglob("step_000005.pt"))  # nothing is deleted
+    assert list((run.path / "quarantine").rglob("step_000002.pt"))  # not left to be the next newest
 
 
 def test_an_older_format_checkpoint_over_whole_metrics_still_resumes(tmp_path):
