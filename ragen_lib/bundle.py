@@ -142,10 +142,12 @@ CONTROL_FILES = ("install.sh", "SHA256SUMS", "manifest.json", "README.txt")
 def _is_bundle(folder: Path) -> bool:
     """An empty folder, or one with a manifest.json holding only what `build` writes (groups and
     control files) and what install.sh adds (joined/)."""
-    names = [p.name for p in folder.iterdir()] if folder.is_dir() else [None]
+    if not folder.is_dir():
+        return False
+    names = [p.name for p in folder.iterdir()]
     if names and "manifest.json" not in names:
         return False
-    return all(n in (*CONTROL_FILES, "joined") or re.fullmatch(r"g\d{2,}", n or "") for n in names)
+    return all(n in (*CONTROL_FILES, "joined") or re.fullmatch(r"g\d{2,}", n) for n in names)
 
 
 def _build(dest, part_mb, pythons, skip, extras, requirements, find_links, model, verify_imports) -> dict:

@@ -417,8 +417,8 @@ def run_grid(
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
                 drop_stale_checkpoint(run)
-    for name, device in sorted({(cfg.model.name, cfg.model.device or "") for cfg, _ in todo}):
-        models.check(name, device or None)  # one clear error before any run starts, not one per run
+    for name, device in dict.fromkeys((cfg.model.name, cfg.model.device) for cfg, _ in todo):
+        models.check(name, device)  # one clear error before any run starts, not one per run
     bar = tqdm(
         total=len(todo),
         desc=f"{finding}: {len(set(paths)) - len(todo) - len(failures)} reused, {len(todo)} to run",
@@ -508,8 +508,9 @@ def _run_pool(todo, train_fn, slots: list[dict], bar) -> list[tuple[Path, BaseEx
     failures: list[tuple[Path, BaseException]] = []
     breaks: dict[Path, _Breaks] = {}
     while todo:
-        alone = [(cfg, path) for cfg, path in todo if breaks.get(path, _Breaks()).isolated]
-        together = [job for job in todo if job not in alone]
+        isolated = {path for path, b in breaks.items() if b.isolated}
+        alone = [job for job in todo if job[1] in isolated]
+        together = [job for job in todo if job[1] not in isolated]
         todo = []
         if together:
             todo += _pool_round(together, train_fn, slots, bar, failures, breaks)

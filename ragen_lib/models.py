@@ -243,9 +243,9 @@ def check(name: str, device: str | None = None) -> None:
     machine lacks); loads nothing. Run before a run starts, so a missing file is one clear error and
     not a traceback per run of a grid. A hub id passes: only its download can tell."""
     resolve(name, convert=False)
-    if device is not None and torch.device(device).type == "cuda":
-        index = torch.device(device).index or 0
-        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+    wanted = torch.device(device) if device is not None else None
+    if wanted is not None and wanted.type == "cuda":
+        if not torch.cuda.is_available() or (wanted.index or 0) >= torch.cuda.device_count():
             have = f"{torch.cuda.device_count()} CUDA device(s)" if torch.cuda.is_available() else "no CUDA"
             raise ModelNotFound(
                 f"model.device={device}: this machine has {have} (torch {torch.__version__}). Leave "
