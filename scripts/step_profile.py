@@ -1,7 +1,6 @@
 """Where one training step's seconds go on this device: a few steps of one run's config, alone,
 once per setting (decoding cache, batching, micro-batch packing), optionally k copies of it trained
-at once on the device (`runs_per_device`; right after the first setting), and optionally one update
-under torch.profiler.
+at once on the device first (`runs_per_device`), and optionally one update under torch.profiler.
 
     python scripts/step_profile.py SOURCE OUT_DIR [--steps 4] [--budget 150] [--only A,B]
                                    [--pool K] [--profile] [--set KEY=VALUE ...]
@@ -11,14 +10,17 @@ judged run (seed 0) under that profile, as `make replicate-all` would train it.
 
 Written for issue 18: the `quick` plan was sized at 0.23 s a step, and its first run took 10-13 s
 a step on an idle H100 (rollout 5 s with the dynamic cache; update 4-5 s, of which the GPU was busy
-0.6 s). This times the levers with the GPU to itself. Everything goes to OUT_DIR/step_profile.json
+0.6 s); with the static cache and one pack per micro-batch, 2.45 s (outputs/gpu-evidence/
+2026-11-27-h100). This times the levers with the GPU to itself. Everything goes to OUT_DIR/step_profile.json
 as soon as it is measured, so a lease that ends early keeps what finished. No warm-up, validation
 or samples: the steps alone. The medians leave out step 0 (kernel selection, allocator growth).
 
---pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` one at a time
-(in this process, as `runs_per_device: 1` does), then K at once (K spawned workers on the device, as
-`runs_per_device: K` would): steps per second of all runs, model loads included, and for the K
-workers their process starts too, as a grid pays them (so the comparison leans against pooling).
+--pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` K at once (K
+spawned workers on the device, as `runs_per_device: K` would), then one at a time (in this process,
+as `runs_per_device: 1` does), before the settings, while this process holds no GPU memory: steps
+per second of all runs, model loads included, and for the K workers their process starts too, as a
+grid pays them (so the comparison leans against pooling). A K that runs out of memory is recorded
+as failed, and the rest goes on.
 --profile: the last step's update under torch.profiler (tables by device and host time). On an H100
 that made a 4.5 s update take 108 s, so it is off unless asked for, and that step is left out of
 the medians.
@@ -36,18 +38,32 @@ import torch
 
 from ragen_lib import bench, config, experiments, trainer
 
-SETTINGS = {  # the quick and paper profiles' own first; the dynamic cache, measured already, last
-    "static": {"rollout.kv_cache": "static", "rollout.batching": "turn"},
-    # The update was host-bound (0.6 s of GPU work in a 4.5 s update, 137k kernel launches):
-    # packing by shared prompt forwards the quick profile's 4 mini-batches of 16 rows in 6 packs,
-    # without it in 4 (fewer launches, more tokens computed).
+# Each names all three fields, so a profile's own values do not leak into a label. Measured on an
+# H100 (2026-11-27, quick's Bandit run): static + one pack 2.45 s a step, static + shared prefix
+# 7.6 s, continuous + shared prefix 6.7 s, dynamic + shared prefix 10.8 s.
+SETTINGS = {
+    # The quick profile's own since then: the shared prefix's extra forwards and packs cost the
+    # host-bound update 4x (1.24 s against 4.97 s) for the compute it saves.
     "static-one-pack": {
         "rollout.kv_cache": "static",
         "rollout.batching": "turn",
         "train.shared_prefix": False,
     },
-    "continuous-static": {"rollout.kv_cache": "static", "rollout.batching": "continuous"},
-    "dynamic": {"rollout.kv_cache": "dynamic", "rollout.batching": "turn"},
+    "static-shared-prefix": {
+        "rollout.kv_cache": "static",
+        "rollout.batching": "turn",
+        "train.shared_prefix": True,
+    },
+    "continuous-one-pack": {
+        "rollout.kv_cache": "static",
+        "rollout.batching": "continuous",
+        "train.shared_prefix": False,
+    },
+    "dynamic-one-pack": {
+        "rollout.kv_cache": "dynamic",
+        "rollout.batching": "turn",
+        "train.shared_prefix": False,
+    },
 }
 KEYS = ("time/rollout", "time/forward", "time/update", "time/step", "throughput/gen_tokens_per_s",
         "throughput/train_tokens_per_s", "policy/optimizer_steps", "rollout/answer_cut")  # fmt: skip
@@ -145,6 +161,8 @@ def main() -> None:
     cfg, which = source_config(args.source)
     base = {"train.steps": args.steps, "train.val_every": 0, "train.warmup": "none", "train.samples_every": 0}
     cfg = config.from_dict(with_overrides(cfg, base).to_dict(), args.set)  # --set last: it wins
+    if args.set:  # e.g. env.name=sokoban: the line names the run that is timed
+        which += f"; with --set {' '.join(args.set)}"
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     result = {
         "source": which,
@@ -158,18 +176,19 @@ def main() -> None:
     def save():
         (out / "step_profile.json").write_text(json.dumps(result, indent=1, default=str))
 
-    def pool() -> None:
-        for workers in (1, args.pool):
-            if time.perf_counter() - t0 > args.budget:
-                print(f"[steps] pool, {workers} worker(s): skipped, past the budget", flush=True)
-                continue
+    # The pool first, k workers before one: on an H100 (2026-11-27) k = 4 spawned workers ran out
+    # of memory beside this process, which held 40 GB of cached blocks after the in-process runs.
+    # The update is host-bound, so several runs on one GPU is also the larger lever to measure.
+    for workers in (args.pool, 1) if args.pool > 1 else ():
+        if time.perf_counter() - t0 > args.budget:
+            print(f"[steps] pool, {workers} worker(s): skipped, past the budget", flush=True)
+            continue
+        try:
             result["pool"].append(pool_rate(cfg, args.pool, workers))
-            save()
-
-    # The pool runs right after the first setting timed (the config's own, as the pool trains it):
-    # on an H100 the update was host-bound, so several runs on one GPU is the larger lever, and a
-    # lease that ends early should have measured it before the other settings.
-    pooled = args.pool <= 1
+        except RuntimeError as e:  # a run out of memory fails the grid: keep it as a finding
+            print(f"[steps] pool: {args.pool} runs by {workers} worker(s) failed: {e}", flush=True)
+            result["pool"].append({"runs": args.pool, "workers": workers, "failed": str(e)[:500]})
+        save()
     for label, extra in SETTINGS.items():
         if only and label not in only:
             continue
@@ -183,11 +202,6 @@ def main() -> None:
         save()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        if not pooled:
-            pool()
-            pooled = True
-    if not pooled:  # every setting skipped
-        pool()
     save()
 
 
