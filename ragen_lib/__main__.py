@@ -74,6 +74,8 @@ def _bench(args) -> int:
     from ragen_lib import bench
 
     only = tuple(x for x in (args.only or "").split(",") if x) or None
+    for name in only or ():  # a typo stops here, before the model loads, not after
+        _check_name("--only", name, bench.SECTIONS)
     _check_model(args.model)  # before the report, which a bench of a missing model would overwrite
     try:
         bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
@@ -202,7 +204,12 @@ def _plot(args) -> int:
     df = runs.load(args.root, args.finding)
     if df.empty:
         raise SystemExit(f"no runs with metrics under {Path(args.root) / 'runs' / args.finding}")
+    from ragen_lib import metrics
+
     hue = args.hue
+    _check_name("--hue", hue, df.columns)
+    for m in args.metrics:  # a metric these runs did not log is drawn empty; a typo is an error
+        _check_name("--metrics", m, [*df.columns, *metrics.METRICS])
     df[hue] = df[hue].astype(str)  # categories, not a light-to-dark scale of numbers
     fig = plots.curves(df, args.metrics, hue=hue, title=args.title or f"{args.root}: {args.finding}")
     png = Path(args.png or Path(args.root) / f"{args.finding}.png")
@@ -266,8 +273,15 @@ def _plan(args) -> int:
 
 def _repair(args) -> int:
     """Make run folders consistent again; files in the way go to <run>/quarantine/<time>/."""
+    from pathlib import Path
+
     from ragen_lib import runs
 
+    for path in args.runs:  # every folder checked before any is repaired
+        if not (Path(path) / "config.yaml").is_file():
+            raise ConfigError(
+                f"{path} is not a run folder (no config.yaml): pass <out>/runs/<finding>/<run_id>"
+            )
     for path in args.runs:
         with runs.Run(path) as run:
             actions = run.repair()
@@ -436,6 +450,20 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         runs.DiskFullError,
         trainer.TrainingDiverged,
     )
+
+
+def _check_name(flag: str, name: str, known) -> None:
+    """`name` must be one of `known`; otherwise one line naming the closest and where to look."""
+    import difflib
+
+    known = [str(k) for k in known]
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=3)
+    names = sorted(known)
+    listed = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
+    hint = f"did you mean {' or '.join(close)}?" if close else f"choose from: {listed}"
+    raise ConfigError(f"{flag}: unknown name {name!r}; {hint}")
 
 
 def _check_envs(flag: str, names: list[str]) -> None:

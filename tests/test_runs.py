@@ -788,6 +788,37 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
         main(["plot", str(tmp_path), "--finding", "other"])
 
 
+def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp_path, capsys):
+    """A misspelt --metrics was drawn as an empty panel; a misspelt --hue, --only or run folder
+    raised a traceback (bench's only after the model check). Each is now one line, exit 2."""
+    from ragen_lib.__main__ import main
+
+    run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
+    run.log(0, {"rollout/success": 0.5, "rollout/format_valid": 1.0})
+    root = str(tmp_path)
+    cases = [
+        (
+            ["plot", root, "--metrics", "rollout/sucess"],
+            "--metrics: unknown name 'rollout/sucess'; did you mean rollout/success",
+        ),
+        (
+            ["plot", root, "--hue", "cfg.algo.nme"],
+            "--hue: unknown name 'cfg.algo.nme'; did you mean cfg.algo.name",
+        ),
+        (
+            ["bench", "--only", "load,trian", "--model", "nope"],
+            "--only: unknown name 'trian'; did you mean train",
+        ),
+        (["repair", str(run.path), root + "/nope"], "nope is not a run folder (no config.yaml)"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert not (run.path / "quarantine").exists()  # repair checked every folder before touching one
+    # a metric these runs did not log (validation off) is still a name plot knows: drawn empty
+    assert main(["plot", str(tmp_path), "--metrics", "rollout/success", "val/success"]) == 0
+
+
 def test_ragen_commit_names_a_copy_whose_git_is_absent_or_stale(monkeypatch):
     def no_git(*a, **k):
         raise FileNotFoundError("git")
