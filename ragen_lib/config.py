@@ -182,6 +182,15 @@ class EnvConfig:
                 raise ValueError(
                     f"{key}: unknown env {name!r}{hint}; valid envs: {', '.join(sorted(envs.REGISTRY))}"
                 )
+        seen = [self.name]  # each env is validated once, under its own metric names
+        for name in self.eval_envs:
+            if name in seen:
+                what = "the training env, validated already" if name == self.name else "listed twice"
+                raise ValueError(
+                    f"env.eval_envs: {name!r} is {what} (its val/<quantity>/{name} metrics would be "
+                    "computed twice); list each other env once"
+                )
+            seen.append(name)
         _check_keys("env.kwargs.", self.kwargs, envs.env_fields(self.name), f"field(s) of env {self.name!r}")
         try:
             envs.make(self.name, **self.kwargs)  # the env's own checks, here rather than mid-rollout
@@ -452,6 +461,13 @@ class TrainConfig:
         _choice("train.warmup", self.warmup, ("none", "self", "expert", "format"))
         _choice("train.minibatch_order", self.minibatch_order, MINIBATCH_ORDERS)
         _choice("train.loss_agg", self.loss_agg, LOSS_AGGS)
+        episodes = self.groups * self.group_size
+        if self.mini_batches is not None and self.mini_batches > episodes:
+            raise ValueError(
+                f"train.mini_batches={self.mini_batches} is more than the {episodes} episodes a rollout "
+                f"plays (train.groups × group_size): the update would take at most {episodes} steps of "
+                "one episode. Set train.mini_batches <= that, or leave it unset for mini_batch_size"
+            )
         if self.warmup != "none" and self.warmup_steps == 0:
             raise ValueError(
                 f"train.warmup={self.warmup} with train.warmup_steps=0 trains nothing (the run would "
@@ -592,7 +608,12 @@ def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    data = read_yaml(path) or {}
+    data = read_yaml(path)
+    if data is None:  # an empty file (or only comments) is more often a mistake than a choice
+        raise ValueError(
+            f"{path} is empty (or holds only comments): write the sections it changes, e.g. "
+            "'env: {name: sokoban}' (one key is enough; every field left out keeps its default)"
+        )
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the top level must be a mapping of sections {list(SECTIONS)}")
     try:

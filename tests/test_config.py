@@ -153,6 +153,13 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
         ("env.eval_envs=bandit-rev", "env.eval_envs must be a list, e.g. [bandit-rev]"),
         ("env.eval_envs=[bandit-ref]", "env.eval_envs: unknown env 'bandit-ref' (did you mean bandit-rev?)"),
         ("env.name=sokobn", "env.name: unknown env 'sokobn' (did you mean sokoban?)"),
+        # each env validated once: the second pass overwrote the first's val/<quantity>/<env>
+        ("env.eval_envs=[frozenlake, frozenlake]", "env.eval_envs: 'frozenlake' is listed twice"),
+        ("env.eval_envs=[bandit-rev, bandit]", "env.eval_envs: 'bandit' is the training env, validated"),
+        ("env.eval_envs=[bandit-rev, sokoban]", None),
+        # 8 x 16 episodes: 200 mini-batches became 128 of one episode, silently
+        ("train.mini_batches=200", "train.mini_batches=200 is more than the 128 episodes a rollout plays"),
+        ("train.mini_batches=128", None),
         ("model.name=tiny-randm", "did you mean tiny-random?"),
         ("model.name=smollm2", "did you mean smollm2-135m-instruct?"),
         ("model.device=gpu", "model.device='gpu' is not a device"),
@@ -208,6 +215,11 @@ def test_yaml_errors_name_the_file_and_line_and_duplicates_are_refused(tmp_path)
     syntax.write_text("train:\n  steps: 3\n  seed: [1, 2\n")
     with pytest.raises(ValueError, match=r"syntax.yaml, line 4, column 1: while parsing a flow sequence"):
         config.load(syntax)
+    for text in ("", "# train:\n#   steps: 3\n"):  # trained every default, silently
+        empty = tmp_path / "empty.yaml"
+        empty.write_text(text)
+        with pytest.raises(ValueError, match=r"empty.yaml is empty \(or holds only comments\): write"):
+            config.load(empty)
     bad_value = tmp_path / "value.yaml"
     bad_value.write_text("train:\n  grad_clip: -1\n")
     with pytest.raises(ValueError, match=r"value.yaml: train.grad_clip must be > 0"):
