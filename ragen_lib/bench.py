@@ -59,6 +59,7 @@ SIZES = {
         trl_setups=("dynamic cache", "static cache", "static cache + compile", "paged"),
         pool_runs=(1, 2, 4),
         pool_steps=6,
+        head_positions=9000,  # the quick profile's 32-row micro-batch (loss mask "paper")
     ),
     "cpu": dict(
         groups=2,
@@ -77,6 +78,7 @@ SIZES = {
         trl_setups=("dynamic cache", "static cache"),
         pool_runs=(1, 2),
         pool_steps=2,
+        head_positions=9000,  # as cuda: the quick profile's scale
     ),
     "quick": dict(
         groups=2,
@@ -95,6 +97,7 @@ SIZES = {
         trl_setups=("dynamic cache",),
         pool_runs=(1, 2),
         pool_steps=1,
+        head_positions=2560,
     ),
 }
 WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
@@ -1146,6 +1149,63 @@ def peak_memory(device: str) -> Row:
     return Row("peak memory: process RSS (ru_maxrss)", rss, "GB")
 
 
+def measure_head_memory(name: str, device: str, size: dict) -> list[Row]:
+    """Peak memory of one no-grad `forward_logp` with entropies (the old-policy forward) over
+    `head_positions` loss positions of 32 rows: the LM head in one pass against chunks of
+    `models.HEAD_CHUNK` (the same log-probs). Each in a fresh process (`_head_peak`), so neither
+    inherits the other's peak or cached blocks."""
+    import concurrent.futures
+    import multiprocessing
+
+    runs = {}
+    for label, chunk in (("chunks", models.HEAD_CHUNK), ("one pass", 0)):
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+            runs[label] = pool.submit(_head_peak, name, device, size["head_positions"], chunk).result()
+    (whole, t_whole, lp_whole), (chunked, t_chunked, lp_chunked) = runs["one pass"], runs["chunks"]
+    diff = float((lp_chunked - lp_whole).abs().max())
+    what = f"head memory: no-grad forward_logp with entropies, {len(lp_whole)} positions"
+    how = "CUDA max_memory_allocated" if device.startswith("cuda") else "peak RSS growth"
+    return [
+        Row(f"{what}, head in one pass", whole, "GB", note=f"{how}; {t_whole:.2f} s"),
+        Row(
+            f"{what}, head in chunks of {models.HEAD_CHUNK}",
+            chunked,
+            "GB",
+            vs_naive=whole / chunked if chunked > 0 else None,
+            note=f"{how}; {t_chunked:.2f} s; log-prob max |Δ| {diff:.1e}",
+        ),
+    ]
+
+
+def _head_peak(name: str, device: str, positions: int, chunk: int) -> tuple[float, float, torch.Tensor]:
+    """(peak GB above the start, seconds, the (K,) log-probs) of one no-grad `forward_logp` with
+    entropies over `positions` random tokens of 32 rows, HEAD_CHUNK = `chunk` (0: all at once)."""
+    model, _ = models.load(name, device=device)
+    rows = 32
+    T = positions // rows + 1
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (rows, T), generator=g).to(device)
+    attn, mask = torch.ones_like(ids), torch.ones(rows, T, device=device)
+    models.HEAD_CHUNK = chunk or rows * T
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    with torch.no_grad():
+        logp, _ = models.forward_logp(model, ids, attn, mask, with_entropy=True, causal_only=True)
+    if cuda:
+        torch.cuda.synchronize(device)
+        peak = (torch.cuda.max_memory_allocated(device) - base) / 2**30
+    else:
+        peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 2**20
+    return peak, time.perf_counter() - t, logp[:, 1:].reshape(-1).cpu()
+
+
 def _fmt(v: float | None) -> str:
     if v is None:
         return "—"
@@ -1292,7 +1352,7 @@ def run(
     step("turns", lambda: measure_turns(name, device, quick))
     step("trl", lambda: measure_trl(name, device, size))
     step("pool", lambda: measure_runs_per_device(name, device, size))
-    step("memory", lambda: [peak_memory(device)])
+    step("memory", lambda: [peak_memory(device), *measure_head_memory(name, device, size)])
     path = save("complete" if not failed else f"complete except failed sections: {', '.join(failed)}")
     print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
     if failed:

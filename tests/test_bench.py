@@ -157,6 +157,8 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "turns: rollout wall, continuous static steps, flex vs sdpa decode attention",
         "runs per device 2",
         "peak memory",
+        "head memory: no-grad forward_logp with entropies, 2560 positions, head in one pass",
+        "head memory: no-grad forward_logp with entropies, 2560 positions, head in chunks of 2048",
     ):
         assert any(needle in w for w in whats), (needle, whats)
         assert needle in md
@@ -165,6 +167,8 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
     assert all(r["value"] == r["value"] for r in js["rows"] if r["value"] is not None)  # no NaN figures
     folded = next(r for r in js["rows"] if r["what"] == "decode attention: on the K/V heads")
     assert float(folded["note"].split("max |Δ| ")[1].split(";")[0]) < 1e-5  # both compute the same
+    chunks = next(r for r in js["rows"] if "head in chunks" in r["what"])
+    assert float(chunks["note"].split("max |Δ| ")[1]) < 1e-4  # the same log-probs, chunked or not
     flex = next(r for r in js["rows"] if r["what"].endswith("each row's own blocks (flex)"))
     assert flex["value"] > 0, flex["note"]  # FlexAttention compiled and ran here
     assert float(flex["note"].split("flex max |Δ| ")[1].split(",")[0]) < 1e-5

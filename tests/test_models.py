@@ -56,6 +56,34 @@ def _one_step_changed_fraction(model, tok) -> float:
     return changed / sum(p.numel() for p in model.parameters())
 
 
+def test_the_no_grad_head_runs_in_chunks_with_the_same_log_probs_and_entropies(monkeypatch):
+    """Without gradient the LM head sees at most HEAD_CHUNK positions at a time (its float32
+    (positions, vocab) logits and the entropy's temporaries were 8.7 GB at once for 9,000
+    positions); the numbers are those of one pass. With gradient it runs once; an empty mask too."""
+    model, tok = models.load(models.TINY_RANDOM, device="cpu")
+    ids, attn, mask = _ids(tok)
+    mask[1, 6:9] = 0  # rows with different loss tokens
+    with torch.no_grad():
+        whole = models.forward_logp(model, ids, attn, mask, with_entropy=True)
+    seen = []
+    head = models.lm_logits
+    monkeypatch.setattr(models, "lm_logits", lambda m, h: seen.append(len(h)) or head(m, h))
+    monkeypatch.setattr(models, "HEAD_CHUNK", 4)
+    with torch.no_grad():
+        chunked = models.forward_logp(model, ids, attn, mask, with_entropy=True)
+    k = int(mask[:, 1:].sum())
+    assert max(seen) == 4 and sum(seen) == k and len(seen) == -(-k // 4)
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    seen.clear()
+    models.forward_logp(model, ids, attn, mask, with_entropy=False)[0].sum().backward()
+    assert seen == [k]
+    seen.clear()
+    with torch.no_grad():
+        none = models.forward_logp(model, ids, attn, torch.zeros_like(mask), with_entropy=True)
+    assert seen == [0] and not none[0].any() and not none[1].any() and none[0].dtype == torch.float32
+
+
 def test_a_bf16_step_at_lr_1e6_changes_the_weights():
     """bf16 compute with fp32 master weights: Adam's first step moves every weight with a
     gradient by ~lr, and fp32 keeps a change of 1e-6 on a weight of 0.02 (measured: 100% of the
