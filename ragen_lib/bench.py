@@ -1150,44 +1150,58 @@ def peak_memory(device: str) -> Row:
 
 
 def measure_head_memory(name: str, device: str, size: dict) -> list[Row]:
-    """Peak memory of one no-grad `forward_logp` with entropies (the old-policy forward) over
-    `head_positions` loss positions of 32 rows: the LM head in one pass against chunks of
-    `models.HEAD_CHUNK` (the same log-probs). Each in a fresh process (`_head_peak`), so neither
-    inherits the other's peak or cached blocks."""
+    """Peak memory of one `forward_logp` with entropies through the LM head in one pass against
+    chunks of `models.HEAD_CHUNK` (the same log-probs): without gradient over `head_positions`
+    positions of 32 rows (the old-policy forward), and with gradient, forward and backward, over
+    16 such rows (a quick mini-batch's pack; the chunks recomputed in the backward, as on
+    `models.HEAD_CHUNK_GRAD_DEVICES`, which this turns on for the device measured). Each in a fresh
+    process (`_head_peak`), so none inherits another's peak or cached blocks."""
     import concurrent.futures
     import multiprocessing
 
-    runs = {}
-    for label, chunk in (("chunks", models.HEAD_CHUNK), ("one pass", 0)):
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            runs[label] = pool.submit(_head_peak, name, device, size["head_positions"], chunk).result()
-    (whole, t_whole, lp_whole), (chunked, t_chunked, lp_chunked) = runs["one pass"], runs["chunks"]
-    diff = float((lp_chunked - lp_whole).abs().max())
-    what = f"head memory: no-grad forward_logp with entropies, {len(lp_whole)} positions"
     how = "CUDA max_memory_allocated" if device.startswith("cuda") else "peak RSS growth"
-    return [
-        Row(f"{what}, head in one pass", whole, "GB", note=f"{how}; {t_whole:.2f} s"),
-        Row(
-            f"{what}, head in chunks of {models.HEAD_CHUNK}",
-            chunked,
-            "GB",
-            vs_naive=whole / chunked if chunked > 0 else None,
-            note=f"{how}; {t_chunked:.2f} s; log-prob max |Δ| {diff:.1e}",
-        ),
-    ]
+    out = []
+    for grad in (False, True):
+        got = {}
+        for chunk in (models.HEAD_CHUNK, 0):
+            ctx = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+                job = pool.submit(_head_peak, name, device, size["head_positions"], chunk, grad)
+                got[chunk] = job.result()
+        (whole, t_whole, v_whole), (chunked, t_chunked, v_chunked) = got[0], got[models.HEAD_CHUNK]
+        diff = float((v_chunked - v_whole).abs().max())
+        positions = (16 if grad else 32) * (size["head_positions"] // 32)
+        kind = (
+            "forward_logp with entropies, forward and backward"
+            if grad
+            else "no-grad forward_logp with entropies"
+        )
+        what = f"head memory: {kind}, {positions} positions"
+        compared = "loss and gradient norm" if grad else "log-prob"
+        out += [
+            Row(f"{what}, head in one pass", whole, "GB", note=f"{how}; {t_whole:.2f} s"),
+            Row(
+                f"{what}, head in {'checkpointed ' if grad else ''}chunks of {models.HEAD_CHUNK}",
+                chunked,
+                "GB",
+                vs_naive=whole / chunked if chunked > 0 else None,
+                note=f"{how}; {t_chunked:.2f} s; {compared} max |Δ| {diff:.1e}",
+            ),
+        ]
+    return out
 
 
-def _head_peak(name: str, device: str, positions: int, chunk: int) -> tuple[float, float, torch.Tensor]:
-    """(peak GB above the start, seconds, the (K,) log-probs) of one no-grad `forward_logp` with
-    entropies over `positions` random tokens of 32 rows, HEAD_CHUNK = `chunk` (0: all at once)."""
+def _head_peak(name: str, device: str, positions: int, chunk: int, grad: bool):
+    """(peak GB above the start, seconds, what to compare) of one `forward_logp` with entropies over
+    random tokens of 32 rows (16 with `grad`) × positions / 32, HEAD_CHUNK = `chunk` (0: one pass).
+    Without `grad` the (K,) log-probs; with it, forward and backward, and (loss, gradient norm)."""
     model, _ = models.load(name, device=device)
-    rows = 32
-    T = positions // rows + 1
+    rows, T = (16 if grad else 32), positions // 32 + 1
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (rows, T), generator=g).to(device)
     attn, mask = torch.ones_like(ids), torch.ones(rows, T, device=device)
     models.HEAD_CHUNK = chunk or rows * T
+    models.HEAD_CHUNK_GRAD_DEVICES = (torch.device(device).type,)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize(device)
@@ -1196,14 +1210,21 @@ def _head_peak(name: str, device: str, positions: int, chunk: int) -> tuple[floa
     else:
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
-    with torch.no_grad():
-        logp, _ = models.forward_logp(model, ids, attn, mask, with_entropy=True, causal_only=True)
+    with torch.set_grad_enabled(grad):
+        logp, ent = models.forward_logp(model, ids, attn, mask, with_entropy=True, causal_only=True)
+        if grad:
+            loss = -logp.sum() / mask.sum() - 0.001 * ent.sum() / mask.sum()
+            loss.backward()
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+            value = torch.stack([loss.detach(), norm]).cpu()
+        else:
+            value = logp[:, 1:].reshape(-1).cpu()
     if cuda:
         torch.cuda.synchronize(device)
         peak = (torch.cuda.max_memory_allocated(device) - base) / 2**30
     else:
         peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 2**20
-    return peak, time.perf_counter() - t, logp[:, 1:].reshape(-1).cpu()
+    return peak, time.perf_counter() - t, value
 
 
 def _fmt(v: float | None) -> str:

@@ -410,28 +410,46 @@ def forward_logp(model, ids, attn, mask, *, with_entropy: bool, causal_only: boo
     return logp, ent
 
 
-#: Positions per LM-head chunk in the forwards without gradient (old policy, reference). The
-#: (positions, vocabulary) float32 logits and the entropy's softmax temporaries are a step's largest
-#: tensors: for 9,000 positions (the quick profile's 32-row micro-batch, loss mask "paper") of the
-#: 49,152-token vocabulary, 8.7 GB at once, 2.0 GB in chunks of 2,048 (measured on a CPU; an H100
-#: run of the 135M model held 15-21 GB and failed allocating 1.8-2.0 GB here).
+#: Positions per LM-head chunk. The (positions, vocabulary) float32 logits and the entropy's softmax
+#: temporaries are a step's largest tensors: for 9,000 positions (the quick profile's 32-row
+#: micro-batch, loss mask "paper") of the 49,152-token vocabulary, a no-grad forward peaked at 9.2 GB
+#: in one pass and 2.7 GB in chunks of 2,048 (`bench` memory section, CPU); an H100 run of the 135M
+#: model held 15-21 GB and failed allocating 1.8-2.0 GB here, with and without gradient.
 HEAD_CHUNK = 2048
+#: Devices where the head also runs in chunks with gradient, each chunk's logits recomputed in the
+#: backward (`torch.utils.checkpoint`): on a GPU memory limits the runs per device, and the recompute
+#: is a small share of an update bound by kernel launches. On a CPU (4,500 positions, forward and
+#: backward: 5.0 GB peak in one pass, 2.5 GB in chunks, the head 37% slower) memory is not what
+#: limits, so CPU runs keep one pass, and their numbers.
+HEAD_CHUNK_GRAD_DEVICES = ("cuda",)
 
 
 def _head(model, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
     """Log-probs of `targets` (K,) and the entropies (or None) from `hidden` (K, H), through the
-    float32 head. Without gradient in chunks of HEAD_CHUNK positions; with gradient at once, since
-    autograd would keep every chunk's logits for the backward anyway."""
+    float32 head in chunks of HEAD_CHUNK positions: without gradient, the chunks' logits are freed
+    one by one; with gradient (on HEAD_CHUNK_GRAD_DEVICES), each chunk is recomputed in the
+    backward instead of keeping its logits, softmax and products for it. The same values."""
     n = len(hidden)
-    step = max(n if torch.is_grad_enabled() else HEAD_CHUNK, 1)
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    chunked = not grad or hidden.device.type in HEAD_CHUNK_GRAD_DEVICES
+    step = max(HEAD_CHUNK if chunked else n, 1)
     lps, ents = [], []
     for i in range(0, max(n, 1), step):  # once for K = 0: the empty result keeps the head's dtype
-        logits = lm_logits(model, hidden[i : i + step])  # (k, V)
-        lps.append(gather_logprobs(logits, targets[i : i + step]))
-        if with_entropy:
-            ents.append(entropy_from_logits(logits))
-        del logits  # before the next chunk's
+        args = (model, hidden[i : i + step], targets[i : i + step], with_entropy)
+        if grad and n > step:
+            from torch.utils.checkpoint import checkpoint
+
+            lp, ent = checkpoint(_head_part, *args, use_reentrant=False)
+        else:
+            lp, ent = _head_part(*args)
+        lps.append(lp)
+        ents.append(ent)
     return torch.cat(lps), torch.cat(ents) if with_entropy else None
+
+
+def _head_part(model, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+    logits = lm_logits(model, hidden)  # (k, V)
+    return gather_logprobs(logits, targets), entropy_from_logits(logits) if with_entropy else None
 
 
 def _tiny_random():

@@ -159,6 +159,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "peak memory",
         "head memory: no-grad forward_logp with entropies, 2560 positions, head in one pass",
         "head memory: no-grad forward_logp with entropies, 2560 positions, head in chunks of 2048",
+        "head memory: forward_logp with entropies, forward and backward, 1280 positions, head in one pass",
     ):
         assert any(needle in w for w in whats), (needle, whats)
         assert needle in md
@@ -169,6 +170,8 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
     assert float(folded["note"].split("max |Δ| ")[1].split(";")[0]) < 1e-5  # both compute the same
     chunks = next(r for r in js["rows"] if "head in chunks" in r["what"])
     assert float(chunks["note"].split("max |Δ| ")[1]) < 1e-4  # the same log-probs, chunked or not
+    grads = next(r for r in js["rows"] if "head in checkpointed chunks" in r["what"])
+    assert float(grads["note"].split("max |Δ| ")[1]) < 1e-4  # the same loss and gradient norm
     flex = next(r for r in js["rows"] if r["what"].endswith("each row's own blocks (flex)"))
     assert flex["value"] > 0, flex["note"]  # FlexAttention compiled and ran here
     assert float(flex["note"].split("flex max |Δ| ")[1].split(",")[0]) < 1e-5

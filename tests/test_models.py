@@ -77,11 +77,38 @@ def test_the_no_grad_head_runs_in_chunks_with_the_same_log_probs_and_entropies(m
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     seen.clear()
     models.forward_logp(model, ids, attn, mask, with_entropy=False)[0].sum().backward()
-    assert seen == [k]
+    assert seen == [k]  # with gradient on a CPU: one pass (HEAD_CHUNK_GRAD_DEVICES)
     seen.clear()
     with torch.no_grad():
         none = models.forward_logp(model, ids, attn, torch.zeros_like(mask), with_entropy=True)
     assert seen == [0] and not none[0].any() and not none[1].any() and none[0].dtype == torch.float32
+
+
+def test_the_head_with_gradient_in_checkpointed_chunks_gives_the_same_loss_and_gradients(monkeypatch):
+    """On HEAD_CHUNK_GRAD_DEVICES the head runs in chunks with gradient too, each recomputed in the
+    backward (its logits not kept): the loss and every gradient are those of one pass."""
+    model, tok = models.load(models.TINY_RANDOM, device="cpu")
+    ids, attn, mask = _ids(tok)
+    mask[1, 6:9] = 0
+
+    def loss_and_grads():
+        model.zero_grad()
+        logp, ent = models.forward_logp(model, ids, attn, mask, with_entropy=True)
+        loss = -(logp * mask).sum() / mask.sum() - 0.01 * (ent * mask).sum() / mask.sum()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    whole = loss_and_grads()
+    seen, head = [], models.lm_logits
+    monkeypatch.setattr(models, "lm_logits", lambda m, h: seen.append(len(h)) or head(m, h))
+    monkeypatch.setattr(models, "HEAD_CHUNK", 4)
+    monkeypatch.setattr(models, "HEAD_CHUNK_GRAD_DEVICES", ("cpu",))
+    chunked = loss_and_grads()
+    k = int(mask[:, 1:].sum())
+    assert max(seen) == 4 and sum(seen) == 2 * k  # every chunk once forward, once recomputed
+    torch.testing.assert_close(whole[0], chunked[0], rtol=0, atol=1e-6)
+    for a, b in zip(whole[1], chunked[1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
 def test_a_bf16_step_at_lr_1e6_changes_the_weights():
