@@ -413,14 +413,15 @@ def forward_logp(model, ids, attn, mask, *, with_entropy: bool, causal_only: boo
 #: Positions per LM-head chunk. The (positions, vocabulary) float32 logits and the entropy's softmax
 #: temporaries are a step's largest tensors: for 9,000 positions (the quick profile's 32-row
 #: micro-batch, loss mask "paper") of the 49,152-token vocabulary, a no-grad forward peaked at 9.2 GB
-#: in one pass and 2.7 GB in chunks of 2,048 (`bench` memory section, CPU); an H100 run of the 135M
+#: in one pass and 2.6 GB in chunks of 2,048 (`bench` memory section, CPU); an H100 run of the 135M
 #: model held 15-21 GB and failed allocating 1.8-2.0 GB here, with and without gradient.
 HEAD_CHUNK = 2048
 #: Devices where the head also runs in chunks with gradient, each chunk's logits recomputed in the
 #: backward (`torch.utils.checkpoint`): on a GPU memory limits the runs per device, and the recompute
-#: is a small share of an update bound by kernel launches. On a CPU (4,500 positions, forward and
-#: backward: 5.0 GB peak in one pass, 2.5 GB in chunks, the head 37% slower) memory is not what
-#: limits, so CPU runs keep one pass, and their numbers.
+#: is a small share of an update bound by kernel launches. On a CPU (the embedded model, 4,500
+#: positions, forward and backward: 12.1 GB peak in one pass, 9.5 GB in chunks, 36.1 s against
+#: 33.9 s; `outputs/bench/head-memory/cpu.md`) memory is not what limits, so CPU runs keep one
+#: pass, and their numbers.
 HEAD_CHUNK_GRAD_DEVICES = ("cuda",)
 
 
