@@ -4,7 +4,7 @@ python -m ragen_lib demo [--env sokoban] [--model NAME] ...     play and print o
 python -m ragen_lib run CONFIG.yaml [--set algo.name=apo ...]   train one config (resumable)
 python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, outputs/bench/<device>.md
 python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
-python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics success ...] [--png FILE]   curves of runs
+python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics rollout/success ...] [--png FILE]   curves
 python -m ragen_lib doctor [--device cpu|cuda] [--out outputs/gpu-check]   machine ready? (make gpu-check)
 python -m ragen_lib bundle DEST [--part-mb 56] [--python 3.12 ...]   offline bundle (make offline-bundle)
 python -m ragen_lib plan PROFILE [--root DIR] [--finding NAME ...]   runs, steps and disk of a profile
@@ -73,7 +73,7 @@ def _run(args) -> int:
 def _bench(args) -> int:
     from ragen_lib import bench
 
-    only = tuple(x for x in (args.only or "").split(",") if x) or None
+    only = tuple(x.strip() for x in (args.only or "").split(",") if x.strip()) or None
     for name in only or ():  # a typo stops here, before the model loads, not after
         _check_name("--only", name, bench.SECTIONS)
     _check_model(args.model)  # before the report, which a bench of a missing model would overwrite

@@ -97,7 +97,7 @@ SIZES = {
         trl_setups=("dynamic cache",),
         pool_runs=(1, 2),
         pool_steps=1,
-        head_positions=2560,
+        head_positions=4160,  # 2,080 with gradient: two chunks of HEAD_CHUNK, so checkpointing runs
     ),
 }
 WORK_SIZE = dict(groups=2, group_size=4, max_new_tokens=64, max_turns=2, micro_batch_size=4)
@@ -1160,6 +1160,7 @@ def measure_head_memory(name: str, device: str, size: dict) -> list[Row]:
     import multiprocessing
 
     how = "CUDA max_memory_allocated" if device.startswith("cuda") else "peak RSS growth"
+    _trim_host_memory()  # each child peaks at up to 12 GB (CPU) beside this process's heap
     out = []
     for grad in (False, True):
         got = {}

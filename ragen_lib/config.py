@@ -184,11 +184,15 @@ class EnvConfig:
                 )
         seen = [self.name]  # each env is validated once, under its own metric names
         for name in self.eval_envs:
-            if name in seen:
-                what = "the training env, validated already" if name == self.name else "listed twice"
+            if name == self.name:
                 raise ValueError(
-                    f"env.eval_envs: {name!r} is {what} (its val/<quantity>/{name} metrics would be "
-                    "computed twice); list each other env once"
+                    f"env.eval_envs: {name!r} is the training env, validated already (val/<quantity>; "
+                    "a second pass would overwrite it): list only the other envs"
+                )
+            if name in seen:
+                raise ValueError(
+                    f"env.eval_envs: {name!r} is listed twice (its val/<quantity>/{name} metrics "
+                    "would be computed twice): list each env once"
                 )
             seen.append(name)
         _check_keys("env.kwargs.", self.kwargs, envs.env_fields(self.name), f"field(s) of env {self.name!r}")

@@ -414,14 +414,14 @@ def forward_logp(model, ids, attn, mask, *, with_entropy: bool, causal_only: boo
 #: temporaries are a step's largest tensors: for 9,000 positions (the quick profile's 32-row
 #: micro-batch, loss mask "paper") of the 49,152-token vocabulary, a no-grad forward peaked at 9.2 GB
 #: in one pass and 2.6 GB in chunks of 2,048 (`bench` memory section, CPU); an H100 run of the 135M
-#: model held 15-21 GB and failed allocating 1.8-2.0 GB here, with and without gradient.
+#: model held 15-26 GB and failed allocating 1.8-2.4 GiB here (no-grad), about 1 GiB in a backward.
 HEAD_CHUNK = 2048
 #: Devices where the head also runs in chunks with gradient, each chunk's logits recomputed in the
 #: backward (`torch.utils.checkpoint`): on a GPU memory limits the runs per device, and the recompute
 #: is a small share of an update bound by kernel launches. On a CPU (the embedded model, 4,500
-#: positions, forward and backward: 12.1 GB peak in one pass, 9.5 GB in chunks, 36.1 s against
-#: 33.9 s; `outputs/bench/head-memory/cpu.md`) memory is not what limits, so CPU runs keep one
-#: pass, and their numbers.
+#: positions, forward and backward: 12.1 GB peak in one pass, 9.5 GB in chunks, 36.1 s in chunks
+#: against 33.9 s in one pass; `outputs/bench/head-memory/cpu.md`) memory is not what limits, so
+#: CPU runs keep one pass, and their numbers. Not yet timed on a GPU.
 HEAD_CHUNK_GRAD_DEVICES = ("cuda",)
 
 
@@ -440,7 +440,8 @@ def _head(model, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool
         if grad and n > step:
             from torch.utils.checkpoint import checkpoint
 
-            lp, ent = checkpoint(_head_part, *args, use_reentrant=False)
+            # nothing in the head draws random numbers: no RNG state to save and restore per chunk
+            lp, ent = checkpoint(_head_part, *args, use_reentrant=False, preserve_rng_state=False)
         else:
             lp, ent = _head_part(*args)
         lps.append(lp)

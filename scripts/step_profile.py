@@ -10,10 +10,11 @@ judged run (seed 0) under that profile, as `make replicate-all` would train it.
 
 Written for issue 18: the `quick` plan was sized at 0.23 s a step, and its first run took 10-13 s
 a step on an idle H100 (rollout 5 s with the dynamic cache; update 4-5 s, of which the GPU was busy
-0.6 s); with the static cache and one pack per micro-batch, 2.45 s (outputs/gpu-evidence/
-2026-11-27-h100). This times the levers with the GPU to itself. Everything goes to OUT_DIR/step_profile.json
-as soon as it is measured, so a lease that ends early keeps what finished. No warm-up, validation
-or samples: the steps alone. The medians leave out step 0 (kernel selection, allocator growth).
+0.6 s); with the static cache and one pack per micro-batch, 2.45 s (before the LM head ran in
+chunks; outputs/gpu-evidence/2026-11-27-h100). This times the levers with the GPU to itself.
+Everything goes to OUT_DIR/step_profile.json as soon as it is measured, so a lease that ends early
+keeps what finished. No warm-up, validation or samples: the steps alone. The medians leave out
+step 0 (kernel selection, allocator growth).
 
 --pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` K at once (K
 spawned workers on the device, as `runs_per_device: K` would), then one at a time (in this process,

@@ -157,9 +157,9 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "turns: rollout wall, continuous static steps, flex vs sdpa decode attention",
         "runs per device 2",
         "peak memory",
-        "head memory: no-grad forward_logp with entropies, 2560 positions, head in one pass",
-        "head memory: no-grad forward_logp with entropies, 2560 positions, head in chunks of 2048",
-        "head memory: forward_logp with entropies, forward and backward, 1280 positions, head in one pass",
+        "head memory: no-grad forward_logp with entropies, 4160 positions, head in one pass",
+        "head memory: no-grad forward_logp with entropies, 4160 positions, head in chunks of 2048",
+        "head memory: forward_logp with entropies, forward and backward, 2080 positions, head in one pass",
     ):
         assert any(needle in w for w in whats), (needle, whats)
         assert needle in md

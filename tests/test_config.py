@@ -155,7 +155,7 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
         ("env.name=sokobn", "env.name: unknown env 'sokobn' (did you mean sokoban?)"),
         # each env validated once: the second pass overwrote the first's val/<quantity>/<env>
         ("env.eval_envs=[frozenlake, frozenlake]", "env.eval_envs: 'frozenlake' is listed twice"),
-        ("env.eval_envs=[bandit-rev, bandit]", "env.eval_envs: 'bandit' is the training env, validated"),
+        ("env.eval_envs=[bandit-rev, bandit]", "'bandit' is the training env, validated already"),
         ("env.eval_envs=[bandit-rev, sokoban]", None),
         # 8 x 16 episodes: 200 mini-batches became 128 of one episode, silently
         ("train.mini_batches=200", "train.mini_batches=200 is more than the 128 episodes a rollout plays"),
