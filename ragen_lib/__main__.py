@@ -273,17 +273,14 @@ def _plan(args) -> int:
 
 def _repair(args) -> int:
     """Make run folders consistent again; files in the way go to <run>/quarantine/<time>/."""
-    from pathlib import Path
-
     from ragen_lib import runs
 
-    for path in args.runs:  # every folder checked before any is repaired
-        if not (Path(path) / "config.yaml").is_file():
-            raise ConfigError(
-                f"{path} is not a run folder (no config.yaml): pass <out>/runs/<finding>/<run_id>"
-            )
-    for path in args.runs:
-        with runs.Run(path) as run:
+    try:  # every folder opened (Run checks it is one; nothing locked yet) before any is repaired
+        opened = [(path, runs.Run(path)) for path in args.runs]
+    except FileNotFoundError as e:
+        raise ConfigError(f"{e}: pass <out>/runs/<finding>/<run_id>") from None
+    for path, run in opened:
+        with run:
             actions = run.repair()
         print(f"{path}: " + ("; ".join(actions) if actions else "nothing to repair"))
         if not actions:

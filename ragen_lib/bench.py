@@ -1169,9 +1169,9 @@ def measure_head_memory(name: str, device: str, size: dict) -> list[Row]:
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
                 job = pool.submit(_head_peak, name, device, size["head_positions"], chunk, grad)
                 got[chunk] = job.result()
-        (whole, t_whole, v_whole), (chunked, t_chunked, v_chunked) = got[0], got[models.HEAD_CHUNK]
+        whole, t_whole, v_whole, positions = got[0]
+        chunked, t_chunked, v_chunked, _ = got[models.HEAD_CHUNK]
         diff = float((v_chunked - v_whole).abs().max())
-        positions = (16 if grad else 32) * (size["head_positions"] // 32)
         kind = (
             "forward_logp with entropies, forward and backward"
             if grad
@@ -1193,9 +1193,10 @@ def measure_head_memory(name: str, device: str, size: dict) -> list[Row]:
 
 
 def _head_peak(name: str, device: str, positions: int, chunk: int, grad: bool):
-    """(peak GB above the start, seconds, what to compare) of one `forward_logp` with entropies over
-    random tokens of 32 rows (16 with `grad`) × positions / 32, HEAD_CHUNK = `chunk` (0: one pass).
-    Without `grad` the (K,) log-probs; with it, forward and backward, and (loss, gradient norm)."""
+    """(peak GB above the start, seconds, what to compare, loss positions) of one `forward_logp`
+    with entropies over random tokens of 32 rows (16 with `grad`) × positions / 32, HEAD_CHUNK =
+    `chunk` (0: one pass). Without `grad` the (K,) log-probs are compared; with it, forward and
+    backward, (loss, gradient norm)."""
     model, _ = models.load(name, device=device)
     rows, T = (16 if grad else 32), positions // 32 + 1
     g = torch.Generator().manual_seed(0)
@@ -1225,7 +1226,7 @@ def _head_peak(name: str, device: str, positions: int, chunk: int, grad: bool):
         peak = (torch.cuda.max_memory_allocated(device) - base) / 2**30
     else:
         peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 2**20
-    return peak, time.perf_counter() - t, value
+    return peak, time.perf_counter() - t, value, int(mask[:, 1:].sum())
 
 
 def _fmt(v: float | None) -> str:

@@ -182,7 +182,7 @@ class EnvConfig:
                 raise ValueError(
                     f"{key}: unknown env {name!r}{hint}; valid envs: {', '.join(sorted(envs.REGISTRY))}"
                 )
-        seen = [self.name]  # each env is validated once, under its own metric names
+        seen = set()  # each env is validated once, under its own metric names
         for name in self.eval_envs:
             if name == self.name:
                 raise ValueError(
@@ -194,7 +194,7 @@ class EnvConfig:
                     f"env.eval_envs: {name!r} is listed twice (its val/<quantity>/{name} metrics "
                     "would be computed twice): list each env once"
                 )
-            seen.append(name)
+            seen.add(name)
         _check_keys("env.kwargs.", self.kwargs, envs.env_fields(self.name), f"field(s) of env {self.name!r}")
         try:
             envs.make(self.name, **self.kwargs)  # the env's own checks, here rather than mid-rollout

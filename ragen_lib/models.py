@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ragen_lib import attention, work
 from ragen_lib.algorithms import entropy_from_logits, gather_logprobs
@@ -438,8 +439,6 @@ def _head(model, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool
     for i in range(0, max(n, 1), step):  # once for K = 0: the empty result keeps the head's dtype
         args = (model, hidden[i : i + step], targets[i : i + step], with_entropy)
         if grad and n > step:
-            from torch.utils.checkpoint import checkpoint
-
             # nothing in the head draws random numbers: no RNG state to save and restore per chunk
             lp, ent = checkpoint(_head_part, *args, use_reentrant=False, preserve_rng_state=False)
         else:
