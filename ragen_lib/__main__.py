@@ -79,7 +79,7 @@ def _bench(args) -> int:
     _check_model(args.model)  # before the report, which a bench of a missing model would overwrite
     try:
         bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
-    except bench.SectionsFailed as e:  # the tracebacks are printed; the report holds the rest
+    except bench.SectionsFailed as e:  # the tracebacks are printed; the report (if any row) holds the rest
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1290,7 +1290,9 @@ def run(
     The report is written again after each section, its `status` saying which are done, so a run
     stopped partway (a GPU lease's time limit, a crash) keeps what it measured. A section that
     raises is recorded in the header's `failed` and the others still run; `SectionsFailed` is
-    raised at the end, after the report is written."""
+    raised at the end, after the report is written. Nothing is written before the first row is
+    measured: a run where every section fails (a hub id offline, a model that does not load on this
+    device) leaves an earlier report in `out` as it was instead of replacing it with an empty one."""
     only = tuple(only or SECTIONS)
     unknown = set(only) - set(SECTIONS)
     if unknown:
@@ -1311,7 +1313,9 @@ def run(
     t_all = time.perf_counter()
     todo = [s for s in SECTIONS if s in only]
 
-    def save(status: str) -> Path:
+    def save(status: str) -> Path | None:
+        if not rows:  # nothing measured yet: keep whatever report is there
+            return None
         head["wall_s"] = round(time.perf_counter() - t_all, 1)
         head["status"] = status
         if failed:
@@ -1377,6 +1381,13 @@ def run(
     step("pool", lambda: measure_runs_per_device(name, device, size))
     step("memory", lambda: [peak_memory(device), *measure_head_memory(name, device, size)])
     path = save("complete" if not failed else f"complete except failed sections: {', '.join(failed)}")
+    if path is None:
+        kept = Path(out) / f"{slug(head['device'])}.md"
+        kept = f"{kept} is left as it was" if kept.exists() else "no report is written"
+        raise SectionsFailed(
+            f"bench measured nothing: {'; '.join(f'{k}: {v}' for k, v in failed.items())} "
+            f"(tracebacks above); {kept}"
+        )
     print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
     if failed:
         raise SectionsFailed(

@@ -401,3 +401,30 @@ def test_a_long_section_keeps_the_parts_it_finished(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "cpu.json").read_text())
     assert [r["what"] for r in report["rows"]] == ["train step: time/step"]
     assert "train: RuntimeError" in report["header"]["failed"]
+
+
+def test_a_bench_that_measures_nothing_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
+    """A model name that passes the up-front check but loads nowhere (a hub id on a machine without
+    network) fails every section: the committed report in `out` must survive it, and the error
+    must say why and that the report was kept."""
+    from ragen_lib.__main__ import main
+
+    def offline(*a, **k):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load someone/some-model")
+
+    (tmp_path / "cpu.md").write_text("the committed report\n")
+    (tmp_path / "cpu.json").write_text('{"rows": ["kept"]}\n')
+    monkeypatch.setattr(bench, "measure_load", offline)
+    monkeypatch.setattr(bench, "peak_memory", offline)
+    argv = ["bench", "--quick", "--model", "someone/some-model", "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv + ["--only", "load,memory"]) == 1
+    assert (tmp_path / "cpu.md").read_text() == "the committed report\n"
+    assert json.loads((tmp_path / "cpu.json").read_text()) == {"rows": ["kept"]}
+    err = capsys.readouterr().err
+    assert "bench measured nothing: load: OSError" in err and "memory: OSError" in err, err
+    assert f"{tmp_path / 'cpu.md'} is left as it was" in err, err
+    # Into an empty folder nothing is written either, and the error says so.
+    empty = tmp_path / "new"
+    assert main(argv[:-1] + [str(empty), "--only", "load"]) == 1
+    assert not empty.exists() or not any(empty.iterdir())
+    assert "no report is written" in capsys.readouterr().err
