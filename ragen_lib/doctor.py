@@ -459,11 +459,7 @@ def _train(algo: str, name: str, device: str) -> dict:
     losses = {k: [r[k] for r in rows] for k in rows[0] if k.startswith("loss/")}
     bad = {k: v for k, v in losses.items() if not all(math.isfinite(x) for x in v if x is not None)}
     # A metric absent from this algorithm is logged as NaN for every step; a loss it computes is not.
-    expected = (
-        {"loss/policy"}
-        | ({"loss/value"} if cfg.algo.critic else set())
-        | ({"loss/apo"} if algo == "apo" else set())
-    )
+    expected = {"loss/policy"} | ({"loss/value"} if cfg.algo.critic else set())
     bad = {k: v for k, v in bad.items() if k in expected}
     _require(not bad, f"non-finite losses: {bad}")
     skipped = rows[-1]["policy/skipped_steps"] + rows[-1]["critic/skipped_steps"]

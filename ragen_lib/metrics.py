@@ -93,6 +93,16 @@ METRICS: dict[str, Metric] = {
     "policy/ratio_std": Metric(
         "ratio std", "spread (std over tokens) of the PPO ratio π/π_old during the update"
     ),
+    "policy/apo_log_ratio": Metric(
+        "A*-PO log-ratio",
+        "mean over sequences of ln π/π_ref of the whole answer (its tokens' log-probs summed) during "
+        "the A*-PO update: how far the policy moved from the reference (NaN for other objectives)",
+    ),
+    "policy/apo_residual": Metric(
+        "A*-PO residual",
+        "mean of β2·ln π/π_ref − (r − V*) during the A*-PO update: the regression's error, whose square "
+        "is loss/policy (NaN for other objectives)",
+    ),
     "policy/optimizer_steps": Metric(
         "optimizer steps", "optimizer steps the step's batch got (1: the ratio stays 1, clipping cannot act)"
     ),
@@ -111,7 +121,6 @@ METRICS: dict[str, Metric] = {
         "policy loss", "the objective's loss of each mini-batch (mean over the step's mini-batches)"
     ),
     "loss/value": Metric("value loss", "the critic's clipped value loss of each mini-batch (mean over them)"),
-    "loss/apo": Metric("A*-PO loss", "A*-PO's regression loss of each mini-batch (mean over them)"),
     "response/length": Metric("response tokens", "generated tokens per turn"),
     "reasoning/length": Metric("reasoning tokens", "tokens of the parsed <think> text per turn"),
     "reasoning/distinct2": Metric("distinct-2", "distinct bigrams / all bigrams of the reasoning texts"),
@@ -170,11 +179,12 @@ METRICS: dict[str, Metric] = {
 UPDATE_KEYS = (
     "loss/policy",
     "loss/value",
-    "loss/apo",
     "policy/clip_frac_low",
     "policy/clip_frac_high",
     "policy/approx_kl",
     "policy/ratio_std",
+    "policy/apo_log_ratio",
+    "policy/apo_residual",
     "policy/grad_norm",
 )
 #: The keys every training step writes (plots and notebooks may rely on them).

@@ -321,11 +321,7 @@ def _update(
     stats: dict[str, list[float]] = {k: [] for k in M.UPDATE_KEYS}  # the same keys on every rank
     # A micro-batch's loss is its weighted share of the mini-batch loss: summed over the micro-batches
     # (and ranks), so the logged loss does not depend on how a mini-batch was cut.
-    loss_keys = [
-        "loss/policy",
-        *(["loss/value"] if critic else []),
-        *(["loss/apo"] if a.objective == "apo" else []),
-    ]
+    loss_keys = ["loss/policy", *(["loss/value"] if critic else [])]
     order = torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.MINIBATCH_ORDER))
     row_tokens = shard.cat(data["loss_mask"].sum(1))  # (B_all,) loss tokens per global kept row
     policy.train()

@@ -347,6 +347,29 @@ def test_apo_gradient_lowers_logp_when_reward_below_v_star():
     assert_close(s["apo/residual_mean"], torch.tensor(0.5))
 
 
+def test_apo_objective_logs_its_log_ratio_and_residual_by_hand():
+    """Two sequences, β2 = .5: token log-probs (−1, −1) and (−2, pad) against reference (−2, −2) and
+    (−1, pad) give sequence log-ratios 2 and −1 (mean .5); rewards (1, 0) with targets r − V* = (.5, −1)
+    give residuals .5·2 − .5 = .5 and .5·(−1) + 1 = .5 (mean .5); loss mean(.25, .25) = .25, scaled
+    by the micro-batch's share of the mini-batch's sequences (1/2)."""
+    from types import SimpleNamespace
+
+    from ragen_lib.algorithms.objectives import POLICY_OBJECTIVES
+
+    mb = {
+        "loss_mask": t([1, 1], [1, 0]),
+        "ref_logp": t([-2, -2], [-1, 0]),
+        "rewards": t(1, 0),
+        "advantages": t([0.5, 0.5], [-1, -1]),
+    }
+    logp = t([-1, -1], [-2, 0])
+    loss, stats = POLICY_OBJECTIVES["apo"](logp, mb, SimpleNamespace(apo_beta2=0.5), token_share=0.3, seq_share=0.5)
+    assert_close(loss, torch.tensor(0.125))
+    assert set(stats) == {"policy/apo_log_ratio", "policy/apo_residual"}  # loss/policy carries the loss
+    assert_close(stats["policy/apo_log_ratio"], torch.tensor(0.5))
+    assert_close(stats["policy/apo_residual"], torch.tensor(0.5))
+
+
 def test_zscore_by_hand():
     # (1, 2, 3): mean 2, population std sqrt(2/3) = .8165 → (−1.2247, 0, 1.2247); constant → 0
     s = 1 / math.sqrt(2 / 3)

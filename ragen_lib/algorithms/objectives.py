@@ -38,14 +38,15 @@ def apo_objective(
     logp: torch.Tensor, mb: dict, a, *, token_share: float, seq_share: float
 ) -> tuple[torch.Tensor, dict]:
     """A*-PO stage 2: (β2·log π/π_ref − (r − V*))² per sequence, sequence-mean. The advantages hold
-    the target r − V*, so V* = r − target."""
+    the target r − V*, so V* = r − target. The loss is logged as loss/policy like any objective's;
+    its stats say what drives it: how far π moved from π_ref per sequence, and the residual left."""
     seq_lp = sequence_logprob(logp, mb["loss_mask"])
     ref_seq = sequence_logprob(mb["ref_logp"], mb["loss_mask"])
-    loss, _ = apo_loss(
+    loss, s = apo_loss(
         seq_lp, ref_seq, mb["rewards"], mb["rewards"] - mb["advantages"][:, 0], beta2=a.apo_beta2
     )
-    loss = loss * seq_share
-    return loss, {"loss/apo": loss.detach()}
+    stats = {"policy/apo_log_ratio": s["apo/log_ratio_mean"], "policy/apo_residual": s["apo/residual_mean"]}
+    return loss * seq_share, stats
 
 
 Objective = Callable[..., tuple[torch.Tensor, dict]]
