@@ -29,17 +29,19 @@ overrides = {}
 # ## Criterion, fixed before any result
 # Collapse (issue 16): the 5-step moving average of training success stays below half its running
 # peak for 5 steps, once that peak reached 0.1 (a rate near 0 has nothing measurable to lose: its
-# noise alone dips under half its peak), or format-valid below 0.5 for 5 steps; a run that never
-# collapses is censored at the horizon. One row per env, paired by seed: PPO's collapse step minus
-# GRPO's (Bandit, Sokoban: PPO later, MDE 10 / 5 steps) and, on FrozenLake, GRPO no earlier than PPO
-# (margin 5 steps). Each row is INCONCLUSIVE when no run collapsed (censored) or with fewer than 3
-# seeds. A run that outlasts the horizon collapses somewhere from the last 4 steps (too few to see)
-# to never: the CI takes it at its least and most favourable step, so it cannot decide a row by an
-# assumed collapse step, and a seed where neither arm collapsed leaves the row INCONCLUSIVE. A
-# censored run that never rose 0.1 above the env's random play (its best 5-step training success and
-# validation success) never learned: it held because it had nothing to lose, so its seed is left
-# out, named (INCONCLUSIVE "never learned" when no seed is left). Late validation success PPO vs
-# GRPO and the response-mask ablation are secondary rows.
+# noise alone dips under half its peak), or format-valid below 0.5 for 5 steps, each drop more than
+# 4 standard errors of a step's episodes' noise (`analysis.COLLAPSE_Z`: a steady rate's dips are not
+# falls); a run that never collapses is censored at the horizon. One row per env, paired by seed:
+# PPO's collapse step minus GRPO's (Bandit, Sokoban: PPO later, MDE 10 / 5 steps) and, on
+# FrozenLake, GRPO no earlier than PPO (margin 5 steps). Each row is INCONCLUSIVE when no run
+# collapsed (censored) or with fewer than 3 seeds. A run that outlasts the horizon collapses
+# somewhere from the last 4 steps (too few to see) to never: the CI takes it at its least and most
+# favourable step, so it cannot decide a row by an assumed collapse step, and a seed where neither
+# arm collapsed leaves the row INCONCLUSIVE. A censored run that never rose 0.1 above the env's
+# random play (its best 5-step training success and validation success) never learned: it held
+# because it had nothing to lose, so its seed is left out, named (INCONCLUSIVE "never learned" when
+# no seed is left). Late validation success PPO vs GRPO and the response-mask ablation are secondary
+# rows.
 # Headline: REPRODUCED when the Bandit and Sokoban rows are (FrozenLake is secondary: the paper's
 # claim there is the reverse and weaker).
 

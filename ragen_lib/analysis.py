@@ -74,6 +74,16 @@ COLLAPSE_WINDOW, COLLAPSE_PERSIST, COLLAPSE_FRAC, FORMAT_FLOOR = 5, 5, 0.5, 0.5
 #: runs): the criterion without this called a collapse in 99% of runs at rate 0.02, 76% at 0.05,
 #: 10% at 0.1; with it 0%, 3%, 10% (tests/test_analysis.py, `-k steady_low_rate`).
 MIN_COLLAPSE_PEAK = 0.1
+#: A loss counts only when it exceeds the noise: the drop from the running peak of the 5-step
+#: average to the current one must be more than this many standard errors of the difference of two
+#: such averages at the peak's rate, sqrt(2·p·(1 − p) / (5·episodes)). The running peak is the max
+#: of up to ~150 noisy averages, itself ~2.5 of them above the rate, so 2 or 3 are not enough.
+#: Simulated (150 steps, a steady rate, 400 runs; tests/test_analysis.py, `-k noise`): success at a
+#: steady 0.1 read as a collapse in 11% of runs of 64 episodes a step and 71% of runs of 32 without
+#: this, 0% with it; a format-valid rate steady at 0.5 in 100% of runs, 0.5% with it. Drops of
+#: 0.15 -> 0.05 and 0.1 -> 0.03 success are still found in 100% and 90% of runs of 64 episodes
+#: (all of them at 128; 46% and 2% at 32, where such drops are within the noise).
+COLLAPSE_Z = 4.0
 #: A mechanism acted when its clip fraction reached this much (clip claims).
 MIN_CLIP_FRAC = 0.01
 MIN_SEEDS = 3
@@ -203,27 +213,45 @@ def _first_sustained(flag: pd.Series, persist: int) -> int | None:
     return None
 
 
+def _beyond_noise(ma: pd.Series, peak: pd.Series, episodes: int | None, window: int) -> pd.Series:
+    """Where the drop from `peak` to `ma` (rates of `window`-step averages of `episodes` binary
+    outcomes a step) exceeds COLLAPSE_Z standard errors of their difference; everywhere when the
+    episode count is unknown."""
+    if episodes is None:
+        return pd.Series(True, index=ma.index)
+    se = np.sqrt(2 * peak * (1 - peak) / (window * episodes))
+    return (peak - ma) > COLLAPSE_Z * se
+
+
 def collapse(
-    success: pd.Series, format_valid: pd.Series | None = None, *, window: int = COLLAPSE_WINDOW
+    success: pd.Series,
+    format_valid: pd.Series | None = None,
+    *,
+    episodes: int | None = None,
+    window: int = COLLAPSE_WINDOW,
 ) -> int | None:
     """Step where a run collapsed, or None (censored: no collapse inside the horizon).
 
-    Collapse: the `window`-step moving average of training success (full windows) stays below
-    half its running peak for at least COLLAPSE_PERSIST steps, once that peak reached
-    MIN_COLLAPSE_PEAK, or the format-valid rate (same smoothing, from the first step) stays below
-    0.5 for as long after having reached 0.5 (a run that never answered in format did not collapse:
-    it never learned). The step returned is the first step of that stretch."""
-    s = success.dropna().sort_index()
+    Collapse: the `window`-step moving average of training success stays below half its running
+    peak for at least COLLAPSE_PERSIST steps, once that peak reached MIN_COLLAPSE_PEAK, or the
+    format-valid rate (same smoothing) stays below 0.5 for as long after its average had reached
+    0.5 (a run that never answered in format did not collapse: it never learned). With `episodes`
+    (a step's episodes) each drop must also exceed the noise (COLLAPSE_Z); the format rate is per
+    turn, but a step's turns are counted as its episodes, since one episode's turns go together.
+    The step returned is the first step of that stretch."""
     steps = []
-    if len(s):
+    for rate, lost in (
+        (success, lambda ma, peak: (peak >= MIN_COLLAPSE_PEAK) & (ma < COLLAPSE_FRAC * peak)),
+        (format_valid, lambda ma, peak: (peak >= FORMAT_FLOOR) & (ma < FORMAT_FLOOR)),
+    ):
+        r = rate.dropna().sort_index() if rate is not None else pd.Series(dtype=float)
+        if not len(r):
+            continue
         # Full windows: one step's episodes alone (a partial window) can set a lucky running peak.
-        ma = s.rolling(window).mean()
+        ma = r.rolling(window).mean()
         peak = ma.cummax()
-        lost = (peak >= MIN_COLLAPSE_PEAK) & (ma < COLLAPSE_FRAC * peak)
-        steps.append(_first_sustained(lost, COLLAPSE_PERSIST))
-    if format_valid is not None and format_valid.notna().any():
-        f = format_valid.dropna().sort_index().rolling(window, min_periods=1).mean()
-        steps.append(_first_sustained((f.cummax() >= FORMAT_FLOOR) & (f < FORMAT_FLOOR), COLLAPSE_PERSIST))
+        flag = lost(ma, peak) & _beyond_noise(ma, peak, episodes, window)
+        steps.append(_first_sustained(flag, COLLAPSE_PERSIST))
     found = [x for x in steps if x is not None]
     return min(found) if found else None
 
@@ -339,7 +367,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
         if claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
-            step = collapse(v, fmt)
+            step = collapse(v, fmt, episodes=_n_eval(part, "rollout/success"))
             val = part["val/success"].dropna() if "val/success" in part else pd.Series(dtype=float)
             # full windows only: one step's 64 episodes alone can sit 0.1 above random play by chance
             full = v.rolling(COLLAPSE_WINDOW).mean().dropna()

@@ -363,7 +363,8 @@ def test_apo_objective_logs_its_log_ratio_and_residual_by_hand():
         "advantages": t([0.5, 0.5], [-1, -1]),
     }
     logp = t([-1, -1], [-2, 0])
-    loss, stats = POLICY_OBJECTIVES["apo"](logp, mb, SimpleNamespace(apo_beta2=0.5), token_share=0.3, seq_share=0.5)
+    a = SimpleNamespace(apo_beta2=0.5)
+    loss, stats = POLICY_OBJECTIVES["apo"](logp, mb, a, token_share=0.3, seq_share=0.5)
     assert_close(loss, torch.tensor(0.125))
     assert set(stats) == {"policy/apo_log_ratio", "policy/apo_residual"}  # loss/policy carries the loss
     assert_close(stats["policy/apo_log_ratio"], torch.tensor(0.5))

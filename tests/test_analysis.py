@@ -136,6 +136,43 @@ def test_a_steady_low_rate_is_not_a_collapse(monkeypatch):
     assert analysis.collapse(s([0.15] * 20 + [0.0] * 10)) == 22
 
 
+def test_a_drop_within_the_noise_is_not_a_collapse():
+    """By hand: 64 episodes a step, a running peak of 0.2 in 5-step averages: the difference of two
+    such averages has standard error sqrt(2 · 0.2 · 0.8 / 320) = 0.0316, so a drop counts beyond
+    4 × 0.0316 = 0.126, i.e. below 0.074: 0.08 is below half the peak (0.1) yet within the noise.
+    The MA5 of 0.2 then 0.08 from step 10: 0.176, 0.152, 0.128, 0.104, 0.08 (below 0.1 at step 14);
+    of 0.2 then 0.07: 0.174, 0.148, 0.122, 0.096 (below half at 13), 0.07 (beyond the noise at 14)."""
+    up_down = s([0.2] * 10 + [0.08] * 10)
+    assert analysis.collapse(up_down) == 14  # without the episode count: half the peak decides
+    assert analysis.collapse(up_down, episodes=64) is None
+    assert analysis.collapse(s([0.2] * 10 + [0.07] * 10), episodes=64) == 14
+    assert analysis.collapse(s([0.2] * 10 + [0.07] * 10), episodes=6400) == 13  # the noise is tiny
+
+
+def test_noise_alone_is_no_collapse_of_success_or_format(monkeypatch):
+    """A steady rate's 5-step average keeps dipping below half its noise-inflated running peak (and a
+    format-valid rate near 0.5 below 0.5); the noise criterion (COLLAPSE_Z) calls none of it a
+    collapse (150 steps, 200 runs), while a real drop of a low success level is still found."""
+
+    def share(rate: float, n: int, fmt: bool = False, runs: int = 200) -> float:
+        draws = np.random.default_rng(1).binomial(n, rate, (runs, 150)) / n
+        zero = pd.Series([0.0] * 150)  # the format runs have no success to lose
+
+        def found(d):
+            rates = (zero, pd.Series(d)) if fmt else (pd.Series(d),)
+            return analysis.collapse(*rates, episodes=n) is not None
+
+        return float(np.mean([found(d) for d in draws]))
+
+    assert share(0.1, 64) == share(0.1, 32) == share(0.5, 64, fmt=True) == 0.0
+    assert share(0.2, 32) < 0.01 and share(0.45, 64, fmt=True) < 0.02
+    monkeypatch.setattr(analysis, "COLLAPSE_Z", 0.0)  # the thresholds alone
+    assert share(0.1, 64) > 0.05 and share(0.1, 32) > 0.5 and share(0.5, 64, fmt=True) > 0.9
+    monkeypatch.undo()
+    drops = np.random.default_rng(2).binomial(64, [0.15] * 75 + [0.05] * 75, (50, 150)) / 64
+    assert all(analysis.collapse(pd.Series(d), episodes=64) is not None for d in drops)
+
+
 def test_runs_that_never_left_the_floor_decide_no_collapse_claim():
     """Both arms sat near 0 on Sokoban (random play 0.32 within the budget) and drifted to 0 at
     different steps: no run learned, so no collapse and no verdict (it read as REPRODUCED, +25
