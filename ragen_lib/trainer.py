@@ -67,18 +67,14 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     skipped = {"policy": 0, "critic": 0, "optimizer_steps": 0, **(state or {}).get("skipped", {})}
 
     # ---- A*-PO stage 1: V* offline, once, on a fixed pool of initial states (kept in the checkpoint) ----
-    pool, v_star, reward_scale = [], {}, 1.0
+    v_star = None  # the other algorithms have no stage 1
     if a.advantage == "apo":
-        pool = seeds.apo_pool(cfg)
         t_vs = time.perf_counter()
-        if state is not None:
-            v_star, reward_scale = state["v_star"], state["reward_scale"]
-        else:
-            v_star, reward_scale = estimate_v_star(reference, tok, cfg, pool, -1)
+        v_star = VStar.restore(state, cfg) if state is not None else VStar.estimate(reference, tok, cfg)
         warm["time/v_star"] = time.perf_counter() - t_vs  # stage 1's one-off cost, logged at step 0
 
     rows = []
-    group_size = 1 if a.advantage == "apo" else t.group_size  # A*-PO: one sample per state in stage 2
+    group_size = 1 if v_star else t.group_size  # A*-PO: one sample per state in stage 2
     last = t.logged_steps[-1]
     bar = tqdm(t.logged_steps[t.logged_steps.index(first) if first <= last else len(t.logged_steps) :],
                desc="train", unit="step", initial=first // t.online_k, total=len(t.logged_steps),
@@ -93,14 +89,14 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             m.update(_validation(policy, tok, cfg, ranks))
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
-        if a.advantage == "apo" and a.apo_refresh_every and step and step % a.apo_refresh_every == 0:
+        if v_star and a.apo_refresh_every and step and step % a.apo_refresh_every == 0:
             t_vs = time.perf_counter()
-            v_star, _ = estimate_v_star(policy, tok, cfg, pool, step, reward_scale)  # with the current policy
+            v_star.refresh(policy, tok, cfg, step)  # with the current policy
             m["time/v_star"] = time.perf_counter() - t_vs
 
         # ---- rollout: P (× online_k) fresh initial states, N samples each ----
         t_r = time.perf_counter()
-        states = seeds.apo_states(cfg, step, pool) if pool else seeds.train_seeds(cfg, step)
+        states = seeds.apo_states(cfg, step, v_star.pool) if v_star else seeds.train_seeds(cfg, step)
         policy.eval()
         # Each rank plays its contiguous share of the groups (the states the single-process run
         # plays there) with its own sampling stream.
@@ -132,8 +128,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         data = {k: getattr(full, k)[shard.rows] for k in TRAINED_FIELDS}
         if a.loss_mask == "paper":  # RAGEN's paper runs: every token after the system turn
             data["loss_mask"] = full.context_mask[shard.rows]
-        if a.advantage == "apo":  # A*-PO's betas are set for rewards spanning about [0, 1]
-            data["rewards"] = data["rewards"] / reward_scale
+        if v_star:  # A*-PO's betas are set for rewards spanning about [0, 1]
+            data["rewards"] = data["rewards"] / v_star.reward_scale
         mask = data["loss_mask"]
         # The state each row played: a group's rows share their first prompt, which packing keeps
         # together so that train.shared_prefix forwards it once per micro-batch (`_packs`).
@@ -150,7 +146,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         )
         # A*-PO's objective is a log-ratio to the reference and a KL term needs it; else only the
         # policy/kl_ref diagnostic does (without it ref_logp stays 0: no term reads it).
-        with_ref = bool(a.kl_coef) or a.objective == "apo" or t.log_kl_ref
+        with_ref = bool(a.kl_coef) or a.objective in A.OBJECTIVES_WITH_REFERENCE or t.log_kl_ref
         t1 = time.perf_counter()
         fwd = _no_grad_forwards(
             data,
@@ -170,8 +166,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
 
         # ---- advantages (per group on each rank; batch-wide statistics over all ranks) ----
         v_star_rows = (
-            torch.tensor([v_star[full.seeds[i]] for i in shard.rows.tolist()])
-            if a.advantage == "apo"
+            torch.tensor([v_star.values[full.seeds[i]] for i in shard.rows.tolist()])
+            if v_star
             else torch.zeros(len(shard))
         )
         adv, returns = A.ADVANTAGE_ESTIMATORS[a.advantage](
@@ -245,9 +241,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             if crossed and step != last:  # the last step needs none: DONE follows
                 run.save_checkpoint(
                     step,
-                    _checkpoint(
-                        policy, reference, opt, critic, critic_opt, skipped, v_star, reward_scale, cfg
-                    ),
+                    _checkpoint(policy, reference, opt, critic, critic_opt, skipped, v_star, cfg),
                 )
         _stop_if_diverged(skipped, t, step, run)
     if run is not None and not run.done:
@@ -560,6 +554,31 @@ def validate(policy, tok, cfg: Config, env_name: str) -> dict:
     return {"val/success": success / len(states), "val/format_valid": valid / len(states)}
 
 
+@dataclasses.dataclass
+class VStar:
+    """A*-PO's stage 1: the fixed pool of initial states stage 2 draws from, V* on each and the reward
+    scale stage 1 chose (`estimate_v_star`); kept in the checkpoint under `v_star`, `reward_scale`."""
+
+    pool: list[int]
+    values: dict[int, float]
+    reward_scale: float
+
+    @classmethod
+    def estimate(cls, reference, tok, cfg: Config) -> VStar:
+        """Stage 1 from the reference policy, before any update."""
+        pool = seeds.apo_pool(cfg)
+        return cls(pool, *estimate_v_star(reference, tok, cfg, pool, -1))
+
+    @classmethod
+    def restore(cls, state: dict, cfg: Config) -> VStar:
+        """What a checkpoint kept; the pool is a function of the config, so it is drawn again."""
+        return cls(seeds.apo_pool(cfg), state["v_star"], state["reward_scale"])
+
+    def refresh(self, policy, tok, cfg: Config, step: int) -> None:
+        """`algo.apo_refresh_every`: V* again from `policy`, under stage 1's reward scale."""
+        self.values, _ = estimate_v_star(policy, tok, cfg, self.pool, step, self.reward_scale)
+
+
 def estimate_v_star(model, tok, cfg: Config, pool: list[int], step: int, reward_scale: float | None = None):
     """A*-PO stage 1: V*(x) = β1·(logsumexp(r/β1) − ln n) from n samples of `model` per state.
 
@@ -643,7 +662,7 @@ class TrainingDiverged(RuntimeError):
 
 
 def _checkpoint(
-    policy, reference, opt, critic, critic_opt, skipped: dict, v_star: dict, reward_scale: float, cfg: Config
+    policy, reference, opt, critic, critic_opt, skipped: dict, v_star: VStar | None, cfg: Config
 ) -> dict:
     ck = {"policy": policy.state_dict(), "opt": opt.state_dict(), "skipped": dict(skipped)}
     if critic:
@@ -652,8 +671,8 @@ def _checkpoint(
         # A warmed-up start is not the loaded weights. Without a warm-up the reference is rebuilt by
         # loading the model, so it is not stored (docs/RELIABILITY.md: the sizes and the choice).
         ck["reference"] = reference.state_dict()
-    if cfg.algo.advantage == "apo":
-        ck.update(v_star=v_star, reward_scale=reward_scale)
+    if v_star:
+        ck.update(v_star=v_star.values, reward_scale=v_star.reward_scale)
     return ck
 
 

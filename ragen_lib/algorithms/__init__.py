@@ -21,10 +21,11 @@ from ragen_lib.algorithms.losses import (
     kl_penalty,
     token_logprobs,
 )
-from ragen_lib.algorithms.objectives import POLICY_OBJECTIVES
+from ragen_lib.algorithms.objectives import OBJECTIVES_WITH_REFERENCE, POLICY_OBJECTIVES
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "OBJECTIVES_WITH_REFERENCE",
     "POLICY_OBJECTIVES",
     "AdvantageInputs",
     "FILTER_MODES",

@@ -54,3 +54,5 @@ POLICY_OBJECTIVES: dict[str, Objective] = {
     "ppo-clip": ppo_clip_objective,
     "apo": apo_objective,
 }
+#: The objectives that read `mb["ref_logp"]`: the trainer runs the reference forward for them.
+OBJECTIVES_WITH_REFERENCE = frozenset({"apo"})
