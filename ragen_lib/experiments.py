@@ -577,7 +577,19 @@ def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: 
         _stop_pool(pool, futures)
         raise
     pool.shutdown(wait=True)
-    return _requeue(lost, began | _drain(started), failures, breaks, bar)
+    began |= _drain(started)
+    unstarted = sorted(x.removeprefix(_START_FAILED) for x in began if x.startswith(_START_FAILED))
+    if unstarted and not lost:  # it died before the pool noticed, and the other workers did the work
+        print(f"warning: a grid worker process failed while starting ({unstarted[0]}); the others "
+              "trained every run")  # fmt: skip
+    elif unstarted:  # every fresh pool would die the same way: say why, once, instead of requeueing
+        raise WorkerStartFailed(
+            f"a grid worker process failed while starting, before training any run: {unstarted[0]} "
+            "(its traceback is above). The runs keep their metrics and last checkpoint: fix the slot's "
+            "environment (the profile's runs_per_device, a CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS "
+            "value) and rerun to resume them"
+        )
+    return _requeue(lost, began, failures, breaks, bar)
 
 
 def _drain(started) -> set[str]:
@@ -636,6 +648,10 @@ class WorkerDied(RuntimeError):
     """A run's worker process died abruptly (killed, crashed) each time it trained the run."""
 
 
+class WorkerStartFailed(RuntimeError):
+    """A grid worker raised in its start-up (`_start_worker`), before it could train anything."""
+
+
 SIGNAL_POLL_S = 0.5
 """Longest a pending Ctrl-C or SIGTERM waits before the grid's main thread acts on it."""
 
@@ -671,6 +687,8 @@ def _stop_pool(pool: ProcessPoolExecutor, futures: dict) -> None:
 
 _STARTED = None
 """In a pool worker: where `_pool_train` tells the grid which run it starts (`_start_worker` sets it)."""
+_START_FAILED = "start failed: "
+"""What a worker whose start-up raised puts on that queue ahead of its error, in place of a run."""
 
 
 def _start_worker(free, started, parent: int) -> None:
@@ -680,12 +698,17 @@ def _start_worker(free, started, parent: int) -> None:
     _STARTED = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent)
-    env = free.get()
-    os.environ.update(env)
-    if "OMP_NUM_THREADS" in env:
-        import torch
+    env = {}
+    try:
+        env = free.get()
+        os.environ.update(env)
+        if "OMP_NUM_THREADS" in env:
+            import torch
 
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+            torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    except BaseException as e:  # the pool only sees a dead worker: tell the grid why it died
+        started.put(f"{_START_FAILED}{type(e).__name__}: {e} (slot {env})")
+        raise
 
 
 def _die_with_parent(parent: int, poll_s: float = 0.5) -> None:

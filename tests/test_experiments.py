@@ -242,6 +242,28 @@ def test_a_worker_that_dies_breaks_the_pool_only_for_its_own_run(tmp_path, capfd
     assert re.search(rf"run failed: {re.escape(str(dying))}: the worker process .* died 2 times .*dmesg", out)
 
 
+def test_a_worker_that_fails_to_start_stops_the_grid_with_its_reason(tmp_path, capfd):
+    """Workers whose start-up raises (here slots whose OMP_NUM_THREADS is not a number) die before
+    training anything: every fresh pool died the same way, and after three pools each run failed
+    as 'the worker process training it died 3 times (the OOM killer: check dmesg ...)'. Now the
+    first pool's death says what went wrong, and no run is charged with it. (A single bad slot
+    beside good ones may die before the pool notices; the others then train every run, with a
+    warning.)"""
+    cfgs = seeds(0, 1, 2)
+    slots = [
+        {"RAGEN_TEST_SLOT": "a", "OMP_NUM_THREADS": "one"},
+        {"RAGEN_TEST_SLOT": "b", "OMP_NUM_THREADS": "two"},
+    ]
+    with pytest.raises(experiments.WorkerStartFailed) as info:
+        experiments.run_grid(tmp_path, "f", cfgs, pooled_train, progress=False, slots=slots)
+    msg = str(info.value)
+    assert "failed while starting, before training any run: ValueError: invalid literal" in msg, msg
+    assert re.search(r"\(slot \{'RAGEN_TEST_SLOT': '[ab]', 'OMP_NUM_THREADS': '(one|two)'\}\)", msg), msg
+    assert "rerun to resume" in msg, msg
+    out = capfd.readouterr().out
+    assert "broke the pool" not in out and "died" not in out, out  # no requeue, nobody blamed
+
+
 def neighbour_killing_train(cfg, run):
     """Seed 97 kills its worker each time it trains: for its first two attempts once seed 0 is in
     flight beside it, at once after that. Seed 0 is healthy: it stays in flight until the kill on
