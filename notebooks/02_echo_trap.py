@@ -31,11 +31,13 @@ overrides = {}  # dotted config overrides applied to every run
 # Collapse as issue 16 defines it (`analysis.collapse`: the 5-step moving average of training
 # success below half its running peak, once that reached 0.1, for 5 steps, or format-valid below
 # 0.5, each drop beyond 4 standard errors of the episodes' noise; censored at the horizon). An
-# indicator "drops" at the first step it falls below half its maximum over the first third of the
-# run (`analysis.drop_step`); its lead is collapse − drop (0 when it never dropped). One row per run
-# and indicator (in-group reward std, entropy): the lead is positive over seeds (MDE 2 steps).
-# INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with fewer than 3 seeds
-# that did; a run that did not collapse has no lead and is left out, named in the row's reason.
+# indicator "drops" where its 5-step moving average falls below half that average's maximum over the
+# first third of the run and stays there for 5 steps (`analysis.drop_step`: smoothed and held as the
+# collapse is, since one step's reward std is noisy); its lead is collapse − drop (0 when it never
+# dropped). One row per run and indicator (in-group reward std, entropy): the lead is positive over
+# seeds (MDE 2 steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with
+# fewer than 3 seeds that did; a run that did not collapse has no lead and is left out, named in the
+# row's reason.
 # Headline: the Bandit PPO rows (the paper's Echo Trap example).
 
 # %%

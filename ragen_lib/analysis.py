@@ -105,13 +105,22 @@ def curve(df: pd.DataFrame, metric: str, by: list[str]) -> pd.DataFrame:
 
 
 def drop_step(values: pd.Series, frac: float = 0.5) -> int | None:
-    """First step where the value falls below `frac` × its maximum over the first third."""
-    v = values.dropna()
-    if len(v) < 3:
+    """Where an indicator dropped: the first step of a stretch of COLLAPSE_PERSIST steps in which its
+    COLLAPSE_WINDOW-step moving average (full windows) stays below `frac` × that average's maximum
+    over the first third of the run; None when it never does, or the run is too short to tell.
+
+    Smoothed and sustained as `collapse` is, so that a lead compares like with like, and because one
+    step's value is noisy: a group reward std at success 0.1 (8 groups of 8) has a step-to-step
+    spread of ~30% of its level, and its first dip under half its early maximum came at a median of
+    step 3 in every simulated stationary run (300 runs of 150 steps), a "warning" any later collapse
+    would score as a long lead; smoothed and sustained, 0.3% of those runs dropped before step 100,
+    while a real fall (success 0.5 -> 0.05 at step 60) was found in all, at step 63."""
+    v = values.dropna().sort_index()
+    if len(v) < COLLAPSE_WINDOW + COLLAPSE_PERSIST - 1:
         return None
-    ref = v.iloc[: max(1, len(v) // 3)].max()
-    below = v[(v < frac * ref) & (v.index > v.index[0])]
-    return int(below.index[0]) if ref > 0 and len(below) else None
+    ma = v.rolling(COLLAPSE_WINDOW).mean()
+    ref = ma.iloc[: max(COLLAPSE_WINDOW, len(v) // 3)].max()
+    return _first_sustained(ma < frac * ref, COLLAPSE_PERSIST) if ref > 0 else None
 
 
 def success_metric(df: pd.DataFrame) -> str:
@@ -267,7 +276,8 @@ class Claim:
     steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: wall time),
     "slope" (least-squares slope per step), "collapse" (the step of `collapse`, censored at the
     horizon; metric is the training success) or "lead" (collapse step − the step `indicator` first
-    fell below half its early maximum, `drop_step`; 0 when it never fell; censored without collapse).
+    fell below half its early maximum, `drop_step`, both as 5-step averages held for 5 steps; 0 when
+    it never fell; censored without collapse).
     Judged with b=None, a one-arm claim compares the score against 0.
     mde: the minimum detectable effect, in the score's units. kind: "superiority" or
     "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
