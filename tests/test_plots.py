@@ -70,6 +70,18 @@ def test_curves_share_colours_across_panels_fix_rate_axes_and_draw_one_legend():
     assert entropy.yaxis.get_major_formatter().get_offset() == ""  # no offset notation
 
 
+def test_tiny_values_get_a_scientific_multiplier_not_ticks_that_all_read_zero():
+    """A*-PO's loss at smoke scale is about 1e-14: plain ticks drew every label as 0.000000000000000."""
+    df = runs_df()
+    df["loss/policy"] = 1e-14 * (1 + df["step"])
+    fig = plots.curves(df, ["loss/policy"], hue="variant")
+    ax = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("loss/policy")][0]
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert len(set(ticks)) == len(ticks) > 2, ticks  # distinct labels
+    assert ax.yaxis.get_offset_text().get_text() == "1e\u221214"  # the multiplier, above the axis
+
+
 def test_a_success_panel_of_several_envs_says_it_has_no_reference_lines_and_the_legend_names_none():
     """Bandit's chance is 0.5 and Sokoban's about 0.2: a panel mixing them gets neither line, says so,
     and the legend does not list lines that are not drawn (02's echo-trap figure did)."""
