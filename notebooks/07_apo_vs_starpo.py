@@ -172,7 +172,19 @@ cost = plots.bars(
     title="Training wall time per run, A*-PO's stage 1 included",
     ylabel="seconds per run",
 )
-figures = [plots.save(fig, profile, f"{finding}_curves"), plots.save(cost, profile, f"{finding}_cost")]
+# A*-PO's stage 2 regresses β2·ln π/π_ref onto r − V*: how far π moved, and the residual left
+apo = plots.curves(
+    df[df["cfg.algo.name"] == "apo"],
+    ["policy/apo_log_ratio", "policy/apo_residual", "loss/policy"],
+    hue="variant",
+    col="cfg.env.name",
+    title="A*-PO stage 2: log-ratio to the reference and regression residual",
+)
+figures = [
+    plots.save(fig, profile, f"{finding}_curves"),
+    plots.save(cost, profile, f"{finding}_cost"),
+    plots.save(apo, profile, f"{finding}_apo_regression"),
+]
 
 # %%
 verdict = analysis.decide(
