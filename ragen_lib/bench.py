@@ -1314,12 +1314,12 @@ def run(
     todo = [s for s in SECTIONS if s in only]
 
     def save(status: str) -> Path | None:
-        if not rows:  # nothing measured yet: keep whatever report is there
-            return None
         head["wall_s"] = round(time.perf_counter() - t_all, 1)
         head["status"] = status
         if failed:
             head["failed"] = "; ".join(f"{k}: {v}" for k, v in failed.items())
+        if not rows:  # nothing measured yet: keep whatever report is there
+            return None
         if old is not None:
             attach_before(rows, old)
         return write(Path(out), head, rows)
@@ -1384,10 +1384,7 @@ def run(
     if path is None:
         kept = Path(out) / f"{slug(head['device'])}.md"
         kept = f"{kept} is left as it was" if kept.exists() else "no report is written"
-        raise SectionsFailed(
-            f"bench measured nothing: {'; '.join(f'{k}: {v}' for k, v in failed.items())} "
-            f"(tracebacks above); {kept}"
-        )
+        raise SectionsFailed(f"bench measured nothing: {head.get('failed', '')} (tracebacks above); {kept}")
     print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)
     if failed:
         raise SectionsFailed(
