@@ -224,6 +224,15 @@ def resolve(name: str, *, convert: bool = True) -> str:
         return str(path)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
         raise _not_found(name, f"model path {path} does not exist")
+    if name != TINY_RANDOM and "/" not in name:
+        # A bare word is a folder that is not here or a typo, not a hub id: the hub moved its
+        # last org-less ids (gpt2, …) under organisations, so all that a bare word could reach is
+        # a failed download, one per run, after the run folders are made.
+        raise _not_found(
+            name,
+            f"model {name!r} is not a built-in model ({EMBEDDED}, {TINY_RANDOM}), a .gguf file or "
+            f"a folder here, nor a hub id (org/name, e.g. {PAPER_MODEL})",
+        )
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
 
@@ -242,7 +251,7 @@ FOLDER_FILES = {
 def check(name: str, device: str | None = None) -> None:
     """Raise ModelNotFound, naming the fix, when `name` cannot load here (or `device` is a GPU this
     machine lacks); loads nothing. Run before a run starts, so a missing file is one clear error and
-    not a traceback per run of a grid. A hub id passes: only its download can tell."""
+    not a traceback per run of a grid. A hub id (org/name) passes: only its download can tell."""
     resolve(name, convert=False)
     wanted = torch.device(device) if device is not None else None
     if wanted is not None and wanted.type == "cuda":

@@ -200,6 +200,11 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
     models.check(str(folder))
     models.check(models.TINY_RANDOM)
     models.check("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: only the download can tell
+    # A bare word that names no file here was passed on as a hub id, to fail as a download per run
+    with pytest.raises(models.ModelNotFound, match=r"'qwen-0.5b' is not a built-in model .*org/name"):
+        models.check("qwen-0.5b")
+    monkeypatch.chdir(tmp_path)
+    models.check("hf")  # the same word naming a model folder here is found
 
 
 def test_the_paper_model_is_known_by_its_hub_id_or_a_local_copy_of_it():
