@@ -13,7 +13,9 @@ How a row is decided, in this order (the first that applies wins):
 3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert
    (`clip`: arm a's clip fraction, both bounds, below 1%; `clip_high`: arm b's upper-bound clip
    fraction below 1%, the tokens a higher ε_high in arm a would let through; either: one optimizer
-   step per batch, so the ratio is always 1; `filter`: arm a's filter kept every episode).
+   step per batch, so the ratio is always 1; `kl`: arm b's KL reward, kl_coef · Σ|KL_t| per
+   episode, below 1% of the spread of the trajectory rewards; `filter`: arm a's filter kept every
+   episode).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
    success (floor) or of its expert success (ceiling), from `baselines.reference_success`: each
    arm's own, within the action budget its runs played under and on their validation states
@@ -86,6 +88,10 @@ MIN_COLLAPSE_PEAK = 0.1
 COLLAPSE_Z = 4.0
 #: A mechanism acted when its clip fraction reached this much (clip claims).
 MIN_CLIP_FRAC = 0.01
+#: A KL acted when its reward could move an episode's returns by this share of the spread of the
+#: trajectory rewards (kl claims: `reward/kl_penalty` / `reward/std`, means over the KL arm's steps).
+#: The penalty's size is an upper bound on what it moves, so below this it cannot have mattered.
+MIN_KL_SHARE = 0.01
 MIN_SEEDS = 3
 #: A censored run learned when its success peak (5-step training average, or validation) rose this
 #: far above the env's random play: the max of ~30 validations of 128 random-level states lies
@@ -281,8 +287,9 @@ class Claim:
     Judged with b=None, a one-arm claim compares the score against 0.
     mde: the minimum detectable effect, in the score's units. kind: "superiority" or
     "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
-    arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip) or "filter"
-    (arm a). env: whose floor and ceiling bound a success score (None: not a success)."""
+    arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip), "kl" (arm a
+    drops the KL reward arm b keeps: b's must be large enough to move returns) or "filter" (arm
+    a). env: whose floor and ceiling bound a success score (None: not a success)."""
 
     id: str
     text: str
@@ -542,6 +549,24 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
             which = "upper-bound clip fraction" if mechanism == "clip_high" else "clip fraction"
             return f"{which} {_fmt(frac)} < {MIN_CLIP_FRAC:.0%}: the clip hardly acted"
         return None
+    if mechanism == "kl":
+        # The KL arm's KL reward, at its largest (kl_coef · Σ|KL_t|), beside the spread of the
+        # trajectory rewards it is added to: under MIN_KL_SHARE of it, no return moved enough for
+        # removing the KL to change an update, however long the run.
+        size = df["reward/kl_penalty"].dropna() if "reward/kl_penalty" in df else pd.Series([])
+        if not len(size):
+            return (
+                "no KL reward logged (reward/kl_penalty; a KL loss term, kl_in_reward=false, is not measured)"
+            )
+        spread = float(df["reward/std"].mean())
+        share = float(size.mean()) / spread if spread > 0 else math.inf
+        if share < MIN_KL_SHARE:
+            return (
+                f"the KL reward moved an episode's returns by at most {_fmt(float(size.mean()))}, "
+                f"{share:.2%} of the rewards' spread {_fmt(spread)} (< {MIN_KL_SHARE:.0%}): "
+                "the KL hardly acted"
+            )
+        return None
     if mechanism == "filter":
         if "rollout/kept" not in df:
             return "no rollout/kept logged"
@@ -553,13 +578,14 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
 
 
 CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
-MECHANISMS = ("clip", "clip_high", "filter")
+MECHANISMS = ("clip", "clip_high", "kl", "filter")
 
 
 def mechanism_arm(mechanism: str | None) -> str:
     """Which arm shows whether `mechanism` acted: "b" for clip_high (the lower ε_high: the tokens
-    its upper bound clips are the ones arm a's higher bound would let through), else "a"."""
-    return "b" if mechanism == "clip_high" else "a"
+    its upper bound clips are the ones arm a's higher bound would let through) and for kl (the arm
+    that keeps the KL: "no KL beats KL"), else "a"."""
+    return "b" if mechanism in ("clip_high", "kl") else "a"
 
 
 MIN_REFERENCE_STATES = 64

@@ -74,6 +74,12 @@ METRICS: dict[str, Metric] = {
     ),
     "reward/group_std_kept": Metric("group reward std (kept)", "the same over the groups the filter kept"),
     "reward/frac_zero_std": Metric("groups with zero std", "fraction of groups whose rewards are all equal"),
+    "reward/kl_penalty": Metric(
+        "KL reward size",
+        "kl_coef × the sum of the absolute per-token KL over an episode's loss tokens, mean over the "
+        "trained episodes: the most the KL reward (algo.kl_in_reward) moves any return of an "
+        "episode, to set beside reward/std; NaN when no KL reward runs",
+    ),
     "policy/entropy": Metric("entropy", "mean per-token entropy of the policy on the loss mask"),
     "policy/kl_ref": Metric(
         "KL to reference",

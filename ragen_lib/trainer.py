@@ -162,6 +162,13 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             groups=groups,
         )
         kl = A.kl_penalty(fwd["old_logp"], fwd["ref_logp"], kind=a.kl_estimator) * mask  # (B, T)
+        # The most the KL reward moves any return of an episode, kl_coef · Σ|KL_t|: beside the
+        # rewards' spread it tells a KL study whether its KL acted at all (analysis, "kl").
+        kl_reward = (
+            float(shard.cat(a.kl_coef * kl.abs().sum(1)).mean())
+            if a.kl_coef and a.kl_in_reward
+            else float("nan")
+        )
         t_forward = time.perf_counter() - t1
 
         # ---- advantages (per group on each rank; batch-wide statistics over all ranks) ----
@@ -211,6 +218,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             **_batch_metrics(data, returns, ranks, critic is not None, full, shard, with_ref), **{
                 "policy/skipped_steps": skipped["policy"], "critic/skipped_steps": skipped["critic"],
                 "policy/optimizer_steps": len(update["policy/grad_norm"]),
+                "reward/kl_penalty": kl_reward,
                 "time/rollout": t_rollout, "time/forward": t_forward, "time/update": t_update,
                 "throughput/gen_tokens_per_s": int(episodes["gen_tokens"].sum()) / max(t_rollout, 1e-9),
                 "throughput/train_tokens_per_s": float(ranks.sum(data["attention_mask"].sum())) * t.ppo_epochs

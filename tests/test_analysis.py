@@ -562,8 +562,29 @@ def test_clip_higher_acts_only_where_the_lower_upper_bound_clipped():
     b_clips = lower_only.assign(**{"policy/clip_frac_high": lower_only["arm"].map({"a": 0.0, "b": 0.02})})
     row = analysis.judge(b_clips, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED
-    with pytest.raises(ValueError, match="unknown mechanism 'clip-high': clip | clip_high | filter"):
+    with pytest.raises(ValueError, match=r"unknown mechanism 'clip-high': clip \| clip_high \| kl \| filter"):
         analysis.mechanism_inactive(df, "clip-high")
+
+
+def test_a_kl_too_small_to_move_the_returns_did_not_act():
+    """ "No KL beats KL": the KL arm (b) must have had a KL reward that could move its returns. A
+    penalty kl_coef · Σ|KL_t| under 1% of the rewards' spread cannot have changed an update."""
+    no_kl = analysis.Claim("a", "no KL beats KL 0.001", "val/success", mde=0.1, mechanism="kl")
+    df = runs_df({"a": 0.7, "b": 0.3}, **{"reward/std": 2.0})
+    # the no-KL arm logs no KL reward (NaN); the KL arm's moves returns by 0.004 of a spread of 2
+    tiny = df.assign(**{"reward/kl_penalty": df["arm"].map({"a": np.nan, "b": 0.004})})
+    row = analysis.judge(tiny, no_kl, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "mechanism did not act (kl, arm b): the KL reward moved an episode's returns by at most 0.004, "
+        "0.20% of the rewards' spread 2 (< 1%): the KL hardly acted"
+    )
+    acted = df.assign(**{"reward/kl_penalty": df["arm"].map({"a": np.nan, "b": 0.1})})  # 5% of 2
+    assert analysis.judge(acted, no_kl, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
+    row = analysis.judge(df, no_kl, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)  # never logged
+    assert row.status == analysis.INCONCLUSIVE and "no KL reward logged (reward/kl_penalty" in row.reason
 
 
 def test_a_design_the_arms_do_not_share_prints_every_value():

@@ -66,6 +66,20 @@ def test_every_algorithm_runs_and_logs_the_step_keys(algo, env):
     assert all(math.isfinite(r["loss/policy"]) for r in rows)  # A*-PO's regression loss too
     apo = ("policy/apo_log_ratio", "policy/apo_residual")  # what drives A*-PO's loss; NaN elsewhere
     assert all(math.isfinite(r[k]) == (algo == "apo") for r in rows for k in apo)
+    # the KL reward's size: only StarPO-PPO puts a KL in the reward (GRPO's is a loss term)
+    assert all(math.isfinite(r["reward/kl_penalty"]) == (algo == "starpo-ppo") for r in rows)
+
+
+def test_the_kl_reward_size_is_the_coefficient_times_the_summed_kl():
+    """Step 0's policy is the reference (KL 0), so the first update is the same at any coefficient
+    and step 1 meets the same KL: its logged size scales with kl_coef exactly, and is above 0."""
+    rows = {
+        c: trainer.train(tiny(**{"algo.name": "starpo-ppo", "algo.kl_coef": c}), progress=False)
+        for c in (1e-3, 2e-3)
+    }
+    assert rows[1e-3][0]["reward/kl_penalty"] == 0.0 == rows[2e-3][0]["reward/kl_penalty"]
+    small, big = rows[1e-3][1]["reward/kl_penalty"], rows[2e-3][1]["reward/kl_penalty"]
+    assert small > 0 and math.isclose(big, 2 * small, rel_tol=1e-6)
 
 
 def test_update_changes_the_policy_and_only_through_the_optimizer(monkeypatch):
