@@ -139,7 +139,13 @@ def _single(cfg: config.Config, monkeypatch) -> tuple[list[dict], list[list[int]
         # both of its groups, rank 1 one of its two (a per-rank top-k would keep 2 + 2). tiny-random
         # earns the same reward (-0.1) everywhere, so with gamma 1 the whitened advantages would be
         # 0 up to rounding noise; gamma 0.9 makes them vary along the sequence, a real gradient.
-        ("starpo-s", "bandit", {"rollout.temperature": 0.0, "algo.filter_keep": 0.75, "algo.gamma": 0.9}),
+        # A KL reward, so that its size (reward/kl_penalty, a mean over every rank's rows) and the
+        # returns it enters are compared too.
+        (
+            "starpo-s",
+            "bandit",
+            {"rollout.temperature": 0.0, "algo.filter_keep": 0.75, "algo.gamma": 0.9, "algo.kl_coef": 1e-3},
+        ),
     ],
 )
 def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
@@ -160,6 +166,7 @@ def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
 
     if cfg.rollout.temperature == 0:
         assert metrics[0]["rollout/kept"] == single[0]["rollout/kept"] == 6  # the top-k is global
+        assert metrics[1]["reward/kl_penalty"] > 0  # compared with one process's below
         for dp, sp in zip(metrics, single):
             for k, v in sp.items():
                 if k.startswith(NOT_COMPARABLE) or not isinstance(v, float):
