@@ -479,12 +479,17 @@ def _check_model(name: str | None) -> None:
     command in one line, before any model loads or report is written. A hub id passes."""
     from ragen_lib import config, models
 
-    name = name or models.default_model()
+    given, name = name is not None, name or models.default_model()
     try:
         config.check_model_name(name)
     except ValueError as e:
         raise ConfigError(f"--model: {str(e).replace('model.name=', '', 1)}") from None
-    models.check(name)
+    try:
+        models.check(name)
+    except models.ModelNotFound as e:
+        if not given:  # RAGEN_MODEL or the embedded model: the message says which to fix
+            raise
+        raise ConfigError(f"--model: {str(e).replace('set model.name to', 'give --model', 1)}") from None
 
 
 def _load_config(path, overrides):

@@ -434,6 +434,11 @@ def test_cli_names_a_misspelt_or_missing_model_before_loading_it_or_writing_a_re
         assert capsys.readouterr().err.startswith(
             "error: --model: 'tiny-randon' is not a model we know: did you mean"
         )
+        assert main([*argv, "--model", "qwen-0.5b"]) == 2  # a bare word is no hub id (org/name)
+        err = capsys.readouterr().err
+        assert err.startswith("error: --model: model 'qwen-0.5b' is not a built-in model") and (
+            ": give --model an existing .gguf file" in err
+        )
         monkeypatch.setenv("RAGEN_MODEL", str(tmp_path / "gone.gguf"))
         assert main(argv) == 2
         assert "gone.gguf does not exist: it comes from RAGEN_MODEL" in capsys.readouterr().err
