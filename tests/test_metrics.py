@@ -103,6 +103,7 @@ def test_step_metrics_refuses_to_leave_a_name_out():
 
 def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
     computed = ("rollout/", "reward/", "response/", "reasoning/")  # from `episodes`, the rest measured
-    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k == "rollout/logprob_gap"}
+    from_update = ("rollout/logprob_gap", "reward/kl_penalty")  # the trainer's forwards measure these
+    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k in from_update}
     m = _step_metrics(**measured)
     assert m["rollout/answer_cut"] == 0.5 and m["rollout/format_valid"] == 0.5
