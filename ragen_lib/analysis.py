@@ -91,6 +91,8 @@ MIN_CLIP_FRAC = 0.01
 #: A KL acted when its reward could move an episode's returns by this share of the spread of the
 #: trajectory rewards (kl claims: `reward/kl_penalty` / `reward/std`, means over the KL arm's steps).
 #: The penalty's size is an upper bound on what it moves, so below this it cannot have mattered.
+#: Measured (params/examples/bandit_ppo.yaml, the embedded model, StarPO-PPO at lr 2e-5, 6 steps,
+#: CPU): 0% at step 0 (the policy is the reference), 3% at step 1, 44% at step 5; 16% over the run.
 MIN_KL_SHARE = 0.01
 MIN_SEEDS = 3
 #: A censored run learned when its success peak (5-step training average, or validation) rose this
