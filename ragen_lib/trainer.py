@@ -162,14 +162,15 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             groups=groups,
         )
         kl = A.kl_penalty(fwd["old_logp"], fwd["ref_logp"], kind=a.kl_estimator) * mask  # (B, T)
+        t_forward = time.perf_counter() - t1
         # The most the KL reward moves any return of an episode, kl_coef · Σ|KL_t|: beside the
-        # rewards' spread it tells a KL study whether its KL acted at all (analysis, "kl").
+        # rewards' spread it tells a KL study whether its KL acted at all (analysis, "kl"). Taken
+        # after the forwards' clock: on several ranks it gathers, which is no forward's cost.
         kl_reward = (
             float(shard.cat(a.kl_coef * kl.abs().sum(1)).mean())
             if a.kl_coef and a.kl_in_reward
             else float("nan")
         )
-        t_forward = time.perf_counter() - t1
 
         # ---- advantages (per group on each rank; batch-wide statistics over all ranks) ----
         v_star_rows = (
