@@ -480,16 +480,17 @@ def _check_model(name: str | None) -> None:
     from ragen_lib import config, models
 
     given, name = name is not None, name or models.default_model()
+    key = "--model" if given else "model.name"  # RAGEN_MODEL's messages name the variable to fix
     try:
-        config.check_model_name(name)
+        config.check_model_name(name, key)
     except ValueError as e:
-        raise ConfigError(f"--model: {str(e).replace('model.name=', '', 1)}") from None
+        raise ConfigError(str(e)) from None
     try:
-        models.check(name)
+        models.check(name, key=key)
     except models.ModelNotFound as e:
-        if not given:  # RAGEN_MODEL or the embedded model: the message says which to fix
+        if not given:
             raise
-        raise ConfigError(f"--model: {str(e).replace('set model.name to', 'give --model', 1)}") from None
+        raise ConfigError(f"--model: {e}") from None
 
 
 def _load_config(path, overrides):

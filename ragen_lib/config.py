@@ -810,10 +810,11 @@ def _in_range(key: str, value, spec: str) -> None:
         raise ValueError(f"{key} must be {text}, got {value!r}{why}")
 
 
-def check_model_name(name: str) -> None:
+def check_model_name(name: str, key: str = "model.name") -> None:
     """A name close to a built-in model is a typo, said here rather than after a hub lookup. Paths
     and .gguf files are looked for before a run starts (`models.check`: a config may name a file
-    of another machine, e.g. a finished run's, reused without loading), hub ids when they load."""
+    of another machine, e.g. a finished run's, reused without loading), hub ids when they load.
+    `key` is where the name was given: a config key, or a command's flag (`--model`)."""
     if name in BUILTIN_MODELS:
         return
     if name.endswith(".gguf") or "/" in name or name.startswith((".", "~")) or Path(name).exists():
@@ -822,8 +823,9 @@ def check_model_name(name: str) -> None:
     close = close or [b for b in BUILTIN_MODELS if b.startswith(name.lower())]
     if close:
         source = f" (from {MODEL_ENV})" if os.environ.get(MODEL_ENV) == name else ""
+        given = f"{key}: {name!r}" if key.startswith("-") else f"{key}={name!r}"  # a flag, or a key
         raise ValueError(
-            f"model.name={name!r}{source} is not a model we know: did you mean {close[0]}? Built-in models: "
+            f"{given}{source} is not a model we know: did you mean {close[0]}? Built-in models: "
             f"{', '.join(BUILTIN_MODELS)}; otherwise a .gguf path, a local folder or a hub id (org/name)"
         )
 

@@ -85,15 +85,17 @@ class ModelNotFound(FileNotFoundError):
     """A model name that names no model on this machine; the message says what to change."""
 
 
-def _not_found(name: str, problem: str) -> ModelNotFound:
+def _not_found(name: str, problem: str, key: str = "model.name") -> ModelNotFound:
+    """`key` is where the name was given, a config key or a command-line flag; the fix names it."""
     if os.environ.get(MODEL_ENV) == name:
         fix = (
             f"it comes from {MODEL_ENV}: point {MODEL_ENV} at an existing .gguf file, model folder "
             f"or hub id, or unset it to use the embedded model ({EMBEDDED})"
         )
     else:
+        change = f"give {key}" if key.startswith("-") else f"set {key} to"  # a flag, or a config key
         fix = (
-            "set model.name to an existing .gguf file, a folder with config.json or a hub id "
+            f"{change} an existing .gguf file, a folder with config.json or a hub id "
             f"(org/name), or leave it out for {MODEL_ENV} or the embedded model ({EMBEDDED})"
         )
     return ModelNotFound(f"{problem}: {fix}")
@@ -196,7 +198,7 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def resolve(name: str, *, convert: bool = True) -> str:
+def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
     """Map a model name to something `from_pretrained` reads: a folder or a hub id. A name that
     names nothing here raises ModelNotFound saying what to change. `convert=False` only finds a
     GGUF (returns its path) without converting it: what `check` needs."""
@@ -206,26 +208,26 @@ def resolve(name: str, *, convert: bool = True) -> str:
     path = Path(name).expanduser()
     if name.endswith(".gguf"):
         if not path.is_file():
-            raise _not_found(name, f"model file {path} does not exist")
+            raise _not_found(name, f"model file {path} does not exist", key)
         with open(path, "rb") as f:
             magic = f.read(4)
         if magic != b"GGUF":  # else the conversion fails deep in gguf/transformers, once per run
             what = "is empty" if not magic else f"starts with {magic!r}, not GGUF's magic b'GGUF'"
-            raise _not_found(name, f"model file {path} {what} (a cut download, or another format?)")
+            raise _not_found(name, f"model file {path} {what} (a cut download, or another format?)", key)
         return str(converted_folder(path) if convert else path)
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise _not_found(name, f"model folder {path} has no config.json")
+            raise _not_found(name, f"model folder {path} has no config.json", key)
         missing = [
             what
             for what, patterns in FOLDER_FILES.items()
             if not any(next(path.glob(pattern), None) for pattern in patterns)
         ]
         if missing:
-            raise _not_found(name, f"model folder {path} has no {' and no '.join(missing)}")
+            raise _not_found(name, f"model folder {path} has no {' and no '.join(missing)}", key)
         return str(path)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
-        raise _not_found(name, f"model path {path} does not exist")
+        raise _not_found(name, f"model path {path} does not exist", key)
     if name not in BUILTIN_MODELS and "/" not in name:
         # A bare word is a folder that is not here or a typo, not a hub id: the hub moved its
         # last org-less ids (gpt2, …) under organisations, so all that a bare word could reach is
@@ -234,6 +236,7 @@ def resolve(name: str, *, convert: bool = True) -> str:
             name,
             f"model {name!r} is not a built-in model ({', '.join(BUILTIN_MODELS)}), a .gguf file or "
             f"a folder here, nor a hub id (org/name, e.g. {PAPER_MODEL})",
+            key,
         )
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
@@ -250,11 +253,12 @@ FOLDER_FILES = {
 """What a model folder needs beside config.json for `from_pretrained` (model and tokenizer)."""
 
 
-def check(name: str, device: str | None = None) -> None:
+def check(name: str, device: str | None = None, *, key: str = "model.name") -> None:
     """Raise ModelNotFound, naming the fix, when `name` cannot load here (or `device` is a GPU this
     machine lacks); loads nothing. Run before a run starts, so a missing file is one clear error and
-    not a traceback per run of a grid. A hub id (org/name) passes: only its download can tell."""
-    resolve(name, convert=False)
+    not a traceback per run of a grid. A hub id (org/name) passes: only its download can tell.
+    `key` is where the name was given (a command says `--model`), so the fix names what to change."""
+    resolve(name, convert=False, key=key)
     wanted = torch.device(device) if device is not None else None
     if wanted is not None and wanted.type == "cuda":
         if not torch.cuda.is_available() or (wanted.index or 0) >= torch.cuda.device_count():

@@ -259,3 +259,5 @@ def test_a_left_out_model_is_recorded_as_the_model_that_will_train(monkeypatch):
     monkeypatch.setenv("RAGEN_MODEL", "smollm2")
     with pytest.raises(ValueError, match=r"model.name='smollm2' \(from RAGEN_MODEL\) is not a model we know"):
         from_dict({})
+    with pytest.raises(ValueError, match=r"^--model: 'smollm2' \(from RAGEN_MODEL\) is not a model"):
+        config.check_model_name("smollm2", "--model")  # a command's flag, as the CLI checks it

@@ -203,6 +203,10 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
     # A bare word that names no file here was passed on as a hub id, to fail as a download per run
     with pytest.raises(models.ModelNotFound, match=r"'qwen-0.5b' is not a built-in model .*org/name"):
         models.check("qwen-0.5b")
+    # The fix names where the name was given: a command's flag is given, a config key is set
+    with pytest.raises(models.ModelNotFound, match=r"org/name, .*\): give --model an existing") as e:
+        models.check("qwen-0.5b", key="--model")
+    assert "model.name" not in str(e.value)
     monkeypatch.chdir(tmp_path)
     models.check("hf")  # the same word naming a model folder here is found
 
