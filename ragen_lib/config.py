@@ -821,6 +821,8 @@ def check_model_name(name: str, key: str = "model.name") -> None:
         return
     close = difflib.get_close_matches(name, BUILTIN_MODELS, n=1, cutoff=0.75)
     close = close or [b for b in BUILTIN_MODELS if b.startswith(name.lower())]
+    # a misspelt short name ("smolm2"): too short beside the whole name for the ratio above
+    close = close or [b for b in BUILTIN_MODELS if difflib.get_close_matches(name.lower(), [b.split("-")[0]])]
     if close:
         source = f" (from {MODEL_ENV})" if os.environ.get(MODEL_ENV) == name else ""
         given = f"{key}: {name!r}" if key.startswith("-") else f"{key}={name!r}"  # a flag, or a key

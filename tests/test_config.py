@@ -261,3 +261,12 @@ def test_a_left_out_model_is_recorded_as_the_model_that_will_train(monkeypatch):
         from_dict({})
     with pytest.raises(ValueError, match=r"^--model: 'smollm2' \(from RAGEN_MODEL\) is not a model"):
         config.check_model_name("smollm2", "--model")  # a command's flag, as the CLI checks it
+    monkeypatch.delenv("RAGEN_MODEL")
+    with pytest.raises(
+        ValueError, match=r"model.name='SmolLM-2' is not a model we know: did you mean smollm2-135m"
+    ):
+        from_dict({}, {"model.name": "SmolLM-2"})  # a misspelt short name, far from the whole name
+    with pytest.raises(
+        ValueError, match=r"model.name='tiny-randm' is not a model we know: did you mean tiny-random"
+    ):
+        from_dict({}, {"model.name": "tiny-randm"})
