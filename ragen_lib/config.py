@@ -177,10 +177,9 @@ class EnvConfig:
         _check_fields("env", self)
         for key, name in [("env.name", self.name)] + [("env.eval_envs", n) for n in self.eval_envs]:
             if name not in envs.REGISTRY:
-                close = difflib.get_close_matches(name, list(envs.REGISTRY), n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
                 raise ValueError(
-                    f"{key}: unknown env {name!r}{hint}; valid envs: {', '.join(sorted(envs.REGISTRY))}"
+                    f"{key}: unknown env {name!r}{did_you_mean(name, envs.REGISTRY)}; valid envs: "
+                    f"{', '.join(sorted(envs.REGISTRY))}"
                 )
         seen = set()  # each env is validated once, under its own metric names
         for name in self.eval_envs:
@@ -837,13 +836,17 @@ def _choice(name: str, value, valid: tuple) -> None:
         raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, valid))}")
 
 
+def did_you_mean(name, choices, prefix: str = "") -> str:
+    """' (did you mean <prefix><closest>?)', or '' when no choice is close: the hint every unknown
+    name gets (env, config key, notebook parameter)."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
 def _check_keys(prefix: str, given: dict, valid, what: str = "config key(s)") -> None:
     unknown = sorted(set(given) - set(valid), key=str)
     if unknown:
-        close = {u: difflib.get_close_matches(str(u), list(valid), n=1) for u in unknown}
-        hints = "; ".join(
-            f"{prefix}{u}" + (f" (did you mean {prefix}{c[0]}?)" if c else "") for u, c in close.items()
-        )
+        hints = "; ".join(f"{prefix}{u}{did_you_mean(u, valid, prefix)}" for u in unknown)
         raise ValueError(f"unknown {what}: {hints}. Valid: {', '.join(prefix + k for k in valid)}")
 
 

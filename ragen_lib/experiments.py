@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
-import difflib
 import functools
 import gc
 import itertools
@@ -337,8 +336,7 @@ def check_parameters(history: list[str] | None = None) -> None:
         # PAPERMILL_*: the paths papermill's --inject-paths adds to every notebook
         unknown = sorted(n for n in given - declared if not n.startswith("PAPERMILL_"))
         if declared and unknown:
-            close = {n: difflib.get_close_matches(n, sorted(declared), n=1) for n in unknown}
-            hints = [n + (f" (did you mean {c[0]}?)" if c else "") for n, c in close.items()]
+            hints = [n + config.did_you_mean(n, sorted(declared)) for n in unknown]
             raise ValueError(
                 f"unknown notebook parameter(s) {', '.join(hints)}: this notebook takes "
                 f"{', '.join(sorted(declared))}. papermill only warned and would have run the defaults; "
