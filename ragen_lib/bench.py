@@ -1379,7 +1379,15 @@ def run(
     step("turns", lambda: measure_turns(name, device, quick))
     step("trl", lambda: measure_trl(name, device, size))
     step("pool", lambda: measure_runs_per_device(name, device, size))
-    step("memory", lambda: [peak_memory(device), *measure_head_memory(name, device, size)])
+
+    def memory():
+        # The process's peak is that of the sections before this one; alone (`--only memory`) it
+        # ran nothing here and its 0 GB (an H100, 2026-11-27) said nothing. The head rows measure
+        # in fresh processes of their own.
+        own = [peak_memory(device)] if done else []
+        return own + measure_head_memory(name, device, size)
+
+    step("memory", memory)
     path = save("complete" if not failed else f"complete except failed sections: {', '.join(failed)}")
     if path is None:
         kept = Path(out) / f"{slug(head['device'])}.md"

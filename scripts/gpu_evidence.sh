@@ -13,6 +13,7 @@
 # quick replication stopped with Ctrl-C so the GPU is the bench's alone → `bench` (the sections
 # in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
 # Environment: PYTHON (the host's, default python3), PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
+# BENCH_OUT (outputs/bench for the default sections, else outputs/bench/<sections joined by +>),
 # REPLICATE=0 (no replication: gpu-check and the bench get the GPU alone), STEPS_CONFIG (a run's
 # config.yaml or FINDING@PROFILE: after gpu-check, `scripts/step_profile.py` times a few of its
 # steps per setting, alone, for at most STEPS_S seconds, default 150, with STEPS_ARGS passed on,
@@ -24,6 +25,13 @@ bundle=$1 budget=$2 out=$3
 t0=$(date +%s)
 PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}
 BENCH_ONLY=${BENCH_ONLY:-load,generation,prefill,update,train,memory}
+# A subset of sections writes beside the device's full report, not over it (on 2026-11-27 an
+# H100's `--only memory` replaced its load-to-train report): outputs/bench/<sections joined by +>.
+if [ "$BENCH_ONLY" = load,generation,prefill,update,train,memory ]; then
+  BENCH_OUT=${BENCH_OUT:-outputs/bench}
+else
+  BENCH_OUT=${BENCH_OUT:-outputs/bench/${BENCH_ONLY//,/+}}
+fi
 CHECK_S=${CHECK_S:-240}
 ev=$out/evidence
 mkdir -p "$ev"
@@ -40,7 +48,7 @@ archive() {
   tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' \
     outputs/gpu-check outputs/bench $(ls -d "outputs/$PROFILE" 2>/dev/null) -C "$out" evidence 2>>"$ev/phases.log"
   ls -la "$out" | tee -a "$ev/phases.log"
-  for f in $(find outputs/gpu-check outputs/bench -maxdepth 1 -name '*.md' -newer "$ev/host.txt"); do
+  for f in $(find outputs/gpu-check outputs/bench -maxdepth 2 -name '*.md' -newer "$ev/host.txt"); do
     echo "== $f"
     cat "$f"
   done
@@ -121,7 +129,7 @@ fi
 # 4. bench, alone on the GPU
 cap=$(($(left) - 45))
 if [ $cap -gt 30 ] && [ "$BENCH_ONLY" != none ]; then
-  timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" \
+  timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" --out "$BENCH_OUT" \
     ${BENCH_QUICK:+--quick} >"$ev/bench.log" 2>&1
   say "bench: exit $? (cap $cap s)"
   grep "^\[bench\]" "$ev/bench.log" | tail -40

@@ -428,3 +428,17 @@ def test_a_bench_that_measures_nothing_keeps_the_earlier_report(tmp_path, monkey
     assert main(argv[:-1] + [str(empty), "--only", "load"]) == 1
     assert not empty.exists() or not any(empty.iterdir())
     assert "no report is written" in capsys.readouterr().err
+
+
+def test_memory_alone_reports_no_process_peak(tmp_path, monkeypatch):
+    """The process's peak row is the peak of the sections run before it in this process. With
+    `--only memory` nothing ran here (the head rows measure in fresh processes), and an H100 bench
+    printed a peak of 0 GB; the row is left out then and kept when a section ran first."""
+    head_row = bench.Row("head memory: stand-in", 1.0, "GB")
+    monkeypatch.setattr(bench, "measure_head_memory", lambda *a, **k: [head_row])
+    bench.run(models.TINY_RANDOM, "cpu", tmp_path / "alone", quick=True, only=("memory",))
+    whats = [r["what"] for r in json.loads((tmp_path / "alone" / "cpu.json").read_text())["rows"]]
+    assert whats == ["head memory: stand-in"]
+    bench.run(models.TINY_RANDOM, "cpu", tmp_path / "after", quick=True, only=("load", "memory"))
+    whats = [r["what"] for r in json.loads((tmp_path / "after" / "cpu.json").read_text())["rows"]]
+    assert any(w.startswith("peak memory") for w in whats) and whats[-1] == "head memory: stand-in"
