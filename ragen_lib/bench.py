@@ -1106,6 +1106,11 @@ def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
     # k >= 2 workers (beside two 8.5 GB CPU workers, a 24 GiB machine ran out of memory): give it
     # back before every grid.
     _trim_host_memory()
+    # A fresh host converts a GGUF on its first load (once, then cached): do it before the clock,
+    # so whichever k is timed first does not pay it (on an H100, 2026-11-27, both workers of the
+    # first pool converted it at once). tiny-random takes its tokenizer from the embedded model.
+    for name in {c.model.name for c in cfgs}:
+        models.resolve(models.EMBEDDED if name == models.TINY_RANDOM else name)
     try:
         if len(slots) == 1 and "OMP_NUM_THREADS" in slots[0]:
             torch.set_num_threads(int(slots[0]["OMP_NUM_THREADS"]))

@@ -24,10 +24,11 @@ set -u
 bundle=$1 budget=$2 out=$3
 t0=$(date +%s)
 PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}
-BENCH_ONLY=${BENCH_ONLY:-load,generation,prefill,update,train,memory}
+all_sections=load,generation,prefill,update,train,memory
+BENCH_ONLY=${BENCH_ONLY:-$all_sections}
 # A subset of sections writes beside the device's full report, not over it (on 2026-11-27 an
 # H100's `--only memory` replaced its load-to-train report): outputs/bench/<sections joined by +>.
-if [ "$BENCH_ONLY" = load,generation,prefill,update,train,memory ]; then
+if [ "$BENCH_ONLY" = "$all_sections" ]; then
   BENCH_OUT=${BENCH_OUT:-outputs/bench}
 else
   BENCH_OUT=${BENCH_OUT:-outputs/bench/${BENCH_ONLY//,/+}}

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lib import bench, config, experiments, models, trainer
+from ragen_lib import bench, config, experiments, trainer
 
 # Each names all three fields, so a profile's own values do not leak into a label. Measured on an
 # H100 (2026-11-27, quick's Bandit run): static + one pack 2.45 s a step, static + shared prefix
@@ -177,10 +177,6 @@ def main() -> None:
     def save():
         (out / "step_profile.json").write_text(json.dumps(result, indent=1, default=str))
 
-    # A fresh host converts the GGUF on its first load: do it here, on the CPU, so the k workers
-    # (timed first) do not each pay it inside their figure. On an H100 (2026-11-27, Sokoban) both
-    # workers of the first pool converted it at once.
-    models.resolve(models.EMBEDDED if cfg.model.name == models.TINY_RANDOM else cfg.model.name)
     # The pool first, k workers before one: on an H100 (2026-11-27) k = 4 spawned workers ran out
     # of memory beside this process, which held 40 GB of cached blocks after the in-process runs.
     # The update is host-bound, so several runs on one GPU is also the larger lever to measure.
