@@ -89,9 +89,10 @@ def test_z_scores_of_constant_float32_rewards_are_exactly_zero():
     # eight -0.1s per group gave ±0.43. Constant means no signal: 0, in the batch and per group.
     assert A.zscore(torch.full((64,), 0.9)).abs().max().item() == 0.0
     env = torch.cat([torch.full((8,), -0.1), t(0, 1, 0, 1, 0, 1, 0, 1)])
-    mixed = A.mix_reasoning_advantage(env, torch.full((16,), 0.3), lam=0.4, group_size=8)
+    mixed = A.mix_reasoning_advantage(env, torch.full((16,), 0.3), 8, lam=0.4)
     assert mixed[:8].abs().max().item() == 0.0
-    assert_close(mixed[8:], t(-1, 1, -1, 1, -1, 1, -1, 1), atol=1e-6, rtol=0)  # (r − .5) / .5
+    z = 0.5 / math.sqrt(8 * 0.25 / 7)  # (r − .5) / unbiased std
+    assert_close(mixed[8:], t(-z, z, -z, z, -z, z, -z, z), atol=1e-5, rtol=0)
     assert A.zscore(torch.zeros(0)).numel() == 0
 
 
@@ -235,15 +236,32 @@ def test_apo_loss_by_hand_and_gradient_sign():
 
 
 def test_mix_reasoning_advantage_by_hand():
-    # env (0, 1) → z (−1, 1); reasoning (0, .2) → z (−1, 1); λ = .4 → (−1.4, 1.4)
-    assert_close(A.mix_reasoning_advantage(t(0, 1), t(0, 0.2)), t(-1.4, 1.4), atol=1e-6, rtol=0)
-    # within groups of 2: (0, 1 | 5, 5) → (−1, 1 | 0, 0); reasoning all equal → 0
-    assert_close(
-        A.mix_reasoning_advantage(t(0, 1, 5, 5), t(0.1, 0.1, 0.1, 0.1), group_size=2),
-        t(-1, 1, 0, 0),
-        atol=1e-6,
-        rtol=0,
-    )
+    # A pair's GRPO advantage is ±(1/2) / (unbiased std 1/√2) = ±1/√2 whatever its spread:
+    # env (0, 1) and reasoning (0, .2), λ = .4 → ±1.4/√2.
+    h = 1 / math.sqrt(2)
+    assert_close(A.mix_reasoning_advantage(t(0, 1), t(0, 0.2), 2), t(-1.4 * h, 1.4 * h), atol=1e-5, rtol=0)
+    # (0, 1 | 5, 5) → (−1/√2, 1/√2 | 0, 0); a constant bonus adds 0
+    mixed = A.mix_reasoning_advantage(t(0, 1, 5, 5), t(0.1, 0.1, 0.1, 0.1), 2)
+    assert_close(mixed, t(-h, h, 0, 0), atol=1e-5, rtol=0)
+    # grpo_scale off (Dr. GRPO) centres both terms: (−.5, .5) + .4·(−.1, .1)
+    centred = A.mix_reasoning_advantage(t(0, 1), t(0, 0.2), 2, scale=False)
+    assert_close(centred, t(-0.54, 0.54), atol=1e-6, rtol=0)
+
+
+def test_the_reasoning_bonus_leaves_grpos_env_term_as_the_arm_without_it():
+    # WebShop's λ = 0.4 arm against its λ = 0 arm: the env term must be the same numbers, or the arms
+    # differ by a normalisation too. A population-std z-score gave sqrt(8/7) = 1.069x the λ = 0
+    # advantage for any λ > 0 (and dropped grpo_scale=False).
+    env, bonus = t(0, 1, 0, 1, 0, 0, 0, 1), t(0.2, 0.1, 0, 0.2, 0.1, 0, 0.2, 0)
+    for scale in (True, False):
+        without = A.grpo_advantages(env, 8, scale=scale)
+        assert torch.equal(A.mix_reasoning_advantage(env, bonus, 8, lam=0.0, scale=scale), without)
+        tiny = A.mix_reasoning_advantage(env, bonus, 8, lam=1e-9, scale=scale)
+        assert_close(tiny, without, atol=1e-8, rtol=0)
+        assert_close(
+            A.mix_reasoning_advantage(env, bonus, 8, lam=0.4, scale=scale) - without,
+            0.4 * A.grpo_advantages(bonus, 8, scale=scale),
+        )
 
 
 # --- edge cases and extra hand checks ------------------------------------------------------------

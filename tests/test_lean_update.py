@@ -229,7 +229,9 @@ def test_trainer_shares_the_prompt_and_trains_as_without(monkeypatch):
 
 def test_micro_batch_mean_weighs_micro_batches_equally_as_verl_and_token_mean_weighs_tokens():
     """train.loss_agg: RAGEN/verl average each micro-batch's token mean (gradient accumulation / n);
-    our default weighs every token alike. Worked by hand on 5 rows of 1..5 loss tokens, micro 2."""
+    our default weighs every token alike. Worked by hand on 5 rows of 1..5 loss tokens, micro 2.
+    n here is the 3 micro-batches the rows make; verl's 1 / (5 // 2) differs only on a mini-batch
+    the micro-batch does not divide, which no profile has (docs/FIDELITY.md D3)."""
     from ragen_lib.config import TrainConfig
 
     lengths = [1, 2, 3, 4, 5]

@@ -100,29 +100,25 @@ def zscore(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x − mean) / (population std + eps) over the whole batch (unbiased=False); constant → 0
     exactly: float32's mean and std of equal values are off by rounding (std 1e-8 for 0.9s), and
     over an eps of 1e-8 that rounding became z-scores of up to ±0.86. (B,) → (B,)."""
-    return _group_zscore(x, x.numel(), eps) if x.numel() else x  # the whole batch as one group
-
-
-def _group_zscore(x: torch.Tensor, group_size: int, eps: float = 1e-8) -> torch.Tensor:
-    """`zscore` within each contiguous group of `group_size`; a constant group → 0 exactly."""
-    _check_groups(x.numel(), group_size)
-    g = x.view(-1, group_size)  # (P, N)
-    z = (g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + eps)
-    return torch.where(g.amax(1, keepdim=True) == g.amin(1, keepdim=True), torch.zeros_like(z), z).reshape(-1)
+    if not x.numel():
+        return x
+    z = (x - x.mean()) / (x.std(unbiased=False) + eps)
+    return torch.where(x.amax() == x.amin(), torch.zeros_like(z), z)
 
 
 def mix_reasoning_advantage(
     env_rewards: torch.Tensor,
     reasoning_rewards: torch.Tensor,
+    group_size: int,
     lam: float = 0.4,
-    group_size: int | None = None,
+    scale: bool = True,
 ) -> torch.Tensor:
-    """A = z(env) + λ·z(reasoning) (WebShop-lite report, λ = 0.4).
-
-    Normalisation: z is the population-std z-score over the whole batch when group_size is None,
-    or within each contiguous group of `group_size` otherwise. The reasoning bonus shapes the
-    update only; success is still measured on env rewards. (B,), (B,) → (B,).
+    """GRPO's advantage with the reasoning bonus: A = grpo(env) + λ·grpo(reasoning) (WebShop-lite
+    report, λ = 0.4), each term normalised within its group as `grpo_advantages` does (unbiased std,
+    a constant group → 0, scale=False: centred only). The env term is therefore exactly the λ = 0
+    arm's, so an arm with the bonus differs from one without it by the bonus alone (a z-score with
+    the population std scaled it by sqrt(N / (N − 1)) and ignored `algo.grpo_scale`). The bonus
+    shapes the update only; success is still measured on env rewards. (B,), (B,) → (B,).
     """
-    if group_size is None:
-        return zscore(env_rewards) + lam * zscore(reasoning_rewards)
-    return _group_zscore(env_rewards, group_size) + lam * _group_zscore(reasoning_rewards, group_size)
+    env = grpo_advantages(env_rewards, group_size, scale=scale)
+    return env + lam * grpo_advantages(reasoning_rewards, group_size, scale=scale) if lam else env

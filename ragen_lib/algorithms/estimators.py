@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from ragen_lib.algorithms.advantages import gae, grpo_advantages, mix_reasoning_advantage
+from ragen_lib.algorithms.advantages import gae, mix_reasoning_advantage
 
 
 class BatchStats(Protocol):
@@ -56,10 +56,9 @@ def gae_estimator(x: AdvantageInputs, a) -> tuple[torch.Tensor, torch.Tensor]:
 
 def grpo_estimator(x: AdvantageInputs, a) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO (StarPO-GRPO): the group-normalised trajectory reward on every token; with a reasoning
-    weight, z(env) + λ·z(bonus) within each group (WebShop-lite report)."""
-    seq = grpo_advantages(x.rewards, x.group_size, scale=a.grpo_scale)
-    if a.reasoning_lambda:
-        seq = mix_reasoning_advantage(x.rewards, x.reasoning, lam=a.reasoning_lambda, group_size=x.group_size)
+    weight, grpo(env) + λ·grpo(bonus), the bonus normalised as the reward is (WebShop-lite report)."""
+    lam, scale = a.reasoning_lambda, a.grpo_scale
+    seq = mix_reasoning_advantage(x.rewards, x.reasoning, x.group_size, lam=lam, scale=scale)
     return seq[:, None] * x.mask, torch.zeros_like(x.mask)
 
 
