@@ -35,7 +35,9 @@ overrides = {}  # dotted config overrides applied to every run
 # Bandit's (MDE 5 tokens). (Table 4) late validation success on the held-out env (Bandit and
 # BanditRev on held-out arm names, Sokoban→FrozenLake): think no worse than no-think (margin 0.1).
 # (Bonus) WebShop-lite late reasoning consistency with λ = 0.4 beats λ = 0 (MDE 0.05). Each row
-# INCONCLUSIVE at the held-out env's floor or ceiling, or under-powered. Headline: the three
+# INCONCLUSIVE at the held-out env's floor or ceiling, or under-powered; the Fig. 11 and Table 4
+# rows also when the think arm did not think (reasoning under one token a turn: an empty
+# `<think></think>` passes the format check). Headline: the three
 # Table 4 rows (the generalisation claim); Fig. 11 and the bonus are secondary.
 
 # %%
@@ -63,6 +65,7 @@ STUDIES = [
                 0.05,
                 score="slope",
                 direction=-1,
+                mechanism="think",
             ),
             think(env),
             None,
@@ -70,7 +73,13 @@ STUDIES = [
         for env in ("bandit-gen", "bandit-gen-rev", "sokoban", "frozenlake")
     ],
     (
-        c("fig11 rev longest", "BanditRev keeps longer reasoning than Bandit", "reasoning/length", 5.0),
+        c(
+            "fig11 rev longest",
+            "BanditRev keeps longer reasoning than Bandit",
+            "reasoning/length",
+            5.0,
+            mechanism="think",
+        ),
         think("bandit-gen-rev"),
         think("bandit-gen"),
     ),
@@ -84,6 +93,7 @@ STUDIES = [
                 env=shifted,
                 kind="noninferiority",
                 margin=0.1,
+                mechanism="think",  # an empty <think></think> passes the format check
             ),
             think(env),
             think(env, False),

@@ -9,13 +9,17 @@ rows and the headline, a stated rule over them (`headline`), and writes both for
 How a row is decided, in this order (the first that applies wins):
 1. PILOT when a run of either arm is not judged in this profile (`judged` column, profiles.yaml).
 2. INCONCLUSIVE "no data" when an arm has no runs, or the metric (a lead's indicator too) was
-   never logged.
+   never logged; "censored" when a run of either arm did not finish (`done` false: stopped, or
+   still running; its last steps are missing, so its score is not the design's); "runs per seed"
+   when an arm's selector matches more than one run of a seed (they would be averaged into one
+   score under one seed).
 3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert
    (`clip`: arm a's clip fraction, both bounds, below 1%; `clip_high`: arm b's upper-bound clip
    fraction below 1%, the tokens a higher ε_high in arm a would let through; either: one optimizer
    step per batch, so the ratio is always 1; `kl`: arm b's KL reward, kl_coef · Σ|KL_t| per
    episode, below 1% of the spread of the trajectory rewards; `filter`: arm a's filter kept every
-   episode).
+   episode; `think`: arm a's reasoning averaged under one token a turn, where an empty
+   `<think></think>` still passes the format check).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
    success (floor) or of its expert success (ceiling), from `baselines.reference_success`: each
    arm's own, within the action budget its runs played under and on their validation states
@@ -33,6 +37,10 @@ How a row is decided, in this order (the first that applies wins):
 6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
    0.5^n >= alpha; or, for success rates, a predicted 95% CI half-width from episode sampling alone
    (p = 0.5) wider than the MDE.
+   INCONCLUSIVE "no spread" (scores other than collapse and lead): every seed of both arms (of a
+   one-arm claim: arm a, and the 0 it is tested against) scored exactly the same value, as a metric
+   pinned at a bound does (reasoning length 0 in both arms): the seeds' t interval would be zero
+   wide and call the tie a decision.
 7. The effect: mean over seeds of (a − b) × direction, paired by seed where both arms ran it; its
    95% CI from a two-level bootstrap (seeds with replacement, then each seed's episodes: a success
    rate from n binary episodes is redrawn as Binomial(n, rate) / n, which is exactly resampling
@@ -95,6 +103,9 @@ MIN_CLIP_FRAC = 0.01
 #: CPU): 0% at step 0 (the policy is the reference), 3% at step 1, 44% at step 5; 16% over the run.
 MIN_KL_SHARE = 0.01
 MIN_SEEDS = 3
+#: A think arm thought when its parsed <think> text averaged at least this many tokens a turn
+#: (think claims): an empty `<think></think>` passes the format check.
+MIN_REASONING_TOKENS = 1.0
 #: A censored run learned when its success peak (5-step training average, or validation) rose this
 #: far above the env's random play: the max of ~30 validations of 128 random-level states lies
 #: about 0.09 above it (2 standard errors at p = 0.5), the max of 150 steps' 5-step averages of 64
@@ -290,8 +301,9 @@ class Claim:
     mde: the minimum detectable effect, in the score's units. kind: "superiority" or
     "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
     arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip), "kl" (arm a
-    drops the KL reward arm b keeps: b's must be large enough to move returns) or "filter" (arm
-    a). env: whose floor and ceiling bound a success score (None: not a success)."""
+    drops the KL reward arm b keeps: b's must be large enough to move returns), "filter" (arm
+    a) or "think" (arm a's reasoning must be there: reasoning/length). env: whose floor and
+    ceiling bound a success score (None: not a success)."""
 
     id: str
     text: str
@@ -569,6 +581,16 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
                 "the KL hardly acted"
             )
         return None
+    if mechanism == "think":
+        length = df["reasoning/length"].dropna() if "reasoning/length" in df else pd.Series([])
+        if not len(length):
+            return "no reasoning/length logged"
+        if float(length.mean()) < MIN_REASONING_TOKENS:
+            return (
+                f"its reasoning averaged {_fmt(float(length.mean()))} tokens a turn "
+                f"(< {MIN_REASONING_TOKENS:g}): the think arm did not think"
+            )
+        return None
     if mechanism == "filter":
         if "rollout/kept" not in df:
             return "no rollout/kept logged"
@@ -580,7 +602,7 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
 
 
 CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
-MECHANISMS = ("clip", "clip_high", "kl", "filter")
+MECHANISMS = ("clip", "clip_high", "kl", "filter", "think")
 
 
 def mechanism_arm(mechanism: str | None) -> str:
@@ -641,6 +663,33 @@ def _select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     for col, value in where.items():
         part = part[part[col].isin(value) if isinstance(value, list | tuple | set) else part[col] == value]
     return part
+
+
+def _unfinished(arm: str, part: pd.DataFrame) -> list[str]:
+    """Each run of `part` that did not finish (`done` false, runs.load), as 'arm a seed 1 stopped
+    after 6 of 30 steps'; [] where every run finished or the frame has no `done` column."""
+    if "done" not in part or part["done"].all():
+        return []
+    key = "run_id" if "run_id" in part else "cfg.train.seed"
+    out = []
+    for _, run in part[~part["done"].astype(bool)].groupby(key, sort=True):
+        seed = run["cfg.train.seed"].iloc[0] if "cfg.train.seed" in run else "?"
+        planned = run["cfg.train.steps"].iloc[0] if "cfg.train.steps" in run else None
+        of = f" of {_fmt(planned)}" if planned is not None else ""
+        out.append(f"arm {arm} seed {_fmt(seed)} stopped after {int(run['step'].max()) + 1}{of} steps")
+    return out
+
+
+def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
+    """Each seed for which `part` holds more than one run: 'arm a has 2 runs of seed 0 (id, id)'."""
+    if "run_id" not in part or "cfg.train.seed" not in part:
+        return []
+    ids = part.groupby("cfg.train.seed", sort=True)["run_id"].unique()
+    return [
+        f"arm {arm} has {len(r)} runs of seed {_fmt(seed)} ({', '.join(sorted(map(str, r)))})"
+        for seed, r in ids.items()
+        if len(r) > 1
+    ]
 
 
 def _design(part: pd.DataFrame) -> dict:
@@ -705,6 +754,18 @@ def judge(
             reason=f"no data: {which} (peak memory is measured on CUDA only)"
             if claim.metric.startswith("memory/") and not A.empty and not B.empty
             else f"no data: {which}",
+        )
+    arms = (("a", A),) if b is None else (("a", A), ("b", B))
+    unfinished = [u for name, part in arms for u in _unfinished(name, part)]
+    if unfinished:
+        return replace(
+            row, reason=f"censored: {'; '.join(unfinished)}: a run that did not finish is not scored"
+        )
+    shared_seed = [d for name, part in arms for d in _runs_per_seed(name, part)]
+    if shared_seed:
+        return replace(
+            row,
+            reason=f"runs per seed: {'; '.join(shared_seed)}: the arm's selector must pick one run a seed",
         )
     if claim.score == "lead" and (claim.indicator not in df or A[claim.indicator].isna().all()):
         # without this, a misspelt indicator would read as "never dropped": a lead of 0 in every seed
@@ -775,6 +836,14 @@ def judge(
     short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
     if short:
         return replace(row, reason=f"under-powered: {short}{note}")
+    scores = pd.concat([sa["score"], sb["score"]])
+    if claim.score not in ("collapse", "lead") and scores.nunique() == 1:
+        who = "both arms" if b is not None else "arm a and the 0 it is tested against"
+        return replace(
+            row,
+            reason=f"no spread: every seed of {who} scored exactly {_fmt(float(scores.iloc[0]))} "
+            f"({claim.score} {claim.metric}): the metric sat at one value, so nothing tells the arms apart",
+        )
     row.ci = (
         censored_ci(sa, sb, claim, paired) if claim.score == "collapse" else effect_ci(sa, sb, claim, paired)
     )

@@ -562,7 +562,9 @@ def test_clip_higher_acts_only_where_the_lower_upper_bound_clipped():
     b_clips = lower_only.assign(**{"policy/clip_frac_high": lower_only["arm"].map({"a": 0.0, "b": 0.02})})
     row = analysis.judge(b_clips, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED
-    with pytest.raises(ValueError, match=r"unknown mechanism 'clip-high': clip \| clip_high \| kl \| filter"):
+    with pytest.raises(
+        ValueError, match=r"unknown mechanism 'clip-high': clip \| clip_high \| kl \| filter \| think"
+    ):
         analysis.mechanism_inactive(df, "clip-high")
 
 
@@ -633,6 +635,8 @@ def test_non_inferiority_and_pilot_and_headline():
     assert analysis.headline([rep, inc], ["x"])[0] == analysis.REPRODUCED  # y is not primary
     assert analysis.headline([rep, inc], ["x", "y"])[0] == analysis.INCONCLUSIVE
     assert analysis.headline([rep, nr], ["x", "z"])[0] == analysis.NOT_REPRODUCED
+    # one row excluded, another undecided: the headline cannot say "not reproduced"
+    assert analysis.headline([nr, inc], ["z", "y"])[0] == analysis.INCONCLUSIVE
     # a headline over fewer rows than its claim names says which it rests on
     assert analysis.headline([pil, rep], ["p", "x"]) == (
         analysis.REPRODUCED,
@@ -786,3 +790,111 @@ def test_one_arm_claims_lead_and_slope_against_zero():
     assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.01)
     rising = runs_df({"a": lambda seed, step: 0.1 + 0.01 * step})
     assert analysis.judge(rising, slope, {"arm": "a"}, None).status == analysis.NOT_REPRODUCED
+
+
+def test_the_late_score_is_the_mean_of_the_last_third_of_the_logged_points():
+    # 30 steps: the last third is steps 20-29. Arm a sits at 0.1 before it (step 19 at 0.0, so a
+    # window one step too wide moves the score) and at 0.7 + 0.01·seed in it; arm b at 0.4 throughout.
+    def a(seed, step):
+        return 0.7 + 0.01 * seed if step >= 20 else 0.0 if step == 19 else 0.1
+
+    df = runs_df({"a": a, "b": lambda seed, step: 0.4 + 0.01 * seed})
+    scores = analysis.seed_scores(df[df["arm"] == "a"], LATE)
+    assert scores["score"].tolist() == pytest.approx([0.7 + 0.01 * k for k in range(5)])
+    assert all(len(p) == 10 for p in scores["points"])
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.3)
+
+
+def test_a_null_effect_whose_ci_stops_short_of_the_mde_is_not_reproduced():
+    # Per-seed differences +.01, −.01, 0, +.005, −.005 around 0.5: the CI spans 0 but ends far below
+    # the MDE 0.1, so the effect the study could see is excluded (not merely undecided).
+    df = runs_df({"a": lambda seed, step: 0.5 + (0.01, -0.01, 0.0, 0.005, -0.005)[seed], "b": 0.5})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.ci[0] < 0 < row.ci[1] < LATE.mde, row
+    assert row.status == analysis.NOT_REPRODUCED and "the claimed effect is excluded" in row.reason
+
+
+def test_a_run_that_did_not_finish_is_censored_not_scored():
+    """runs.load keeps unfinished runs (done false) by default: one stopped after 6 of 30 steps
+    would be scored on its early steps and printed as a 30-step design."""
+    df = runs_df({"a": 0.7, "b": 0.3}, **{"cfg.train.steps": 30, "done": True})
+    stopped = df[~((df["arm"] == "a") & (df["cfg.train.seed"] == 1) & (df["step"] >= 6))].copy()
+    stopped.loc[(stopped["arm"] == "a") & (stopped["cfg.train.seed"] == 1), "done"] = False
+    row = analysis.judge(stopped, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "censored: arm a seed 1 stopped after 6 of 30 steps: a run that did not finish is not scored"
+    )
+    assert (
+        analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == analysis.REPRODUCED
+    )
+
+
+def test_an_arm_matching_two_runs_of_one_seed_is_not_averaged_into_one_score():
+    df = runs_df({"a": 0.7, "b": 0.3})
+    df["run_id"] = df["arm"] + df["cfg.train.seed"].astype(str)
+    other = runs_df({"a": 0.1}, seeds=(0,)).assign(run_id="a0-other")
+    row = analysis.judge(pd.concat([df, other]), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "runs per seed: arm a has 2 runs of seed 0 (a0, a0-other): "
+        "the arm's selector must pick one run a seed"
+    )
+    assert (
+        analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == analysis.REPRODUCED
+    )
+
+
+def test_both_arms_pinned_at_one_value_are_a_tie_at_a_bound_not_a_decision():
+    # Reasoning length 0 in every step of every seed of both arms: the seeds' t interval is [0, 0],
+    # which read as "the claimed effect is excluded". Nothing varied, so nothing is decided.
+    longest = analysis.Claim("rev", "BanditRev keeps longer reasoning", "reasoning/length", 5.0)
+    df = runs_df({"a": 0.5, "b": 0.5}, **{"reasoning/length": 0.0})
+    row = analysis.judge(df, longest, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "no spread: every seed of both arms scored exactly 0 (late reasoning/length): the metric sat "
+        "at one value, so nothing tells the arms apart"
+    )
+    shortens = analysis.Claim(
+        "fig11", "reasoning shortens", "reasoning/length", 0.05, score="slope", direction=-1
+    )
+    row = analysis.judge(df, shortens, {"arm": "a"}, None, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "no spread: every seed of arm a and the 0 it is tested against scored exactly 0 (slope"
+    )
+    # the same claim on reasoning that does shorten, by 0.1 to 0.14 tokens a step
+    falling = runs_df({"a": 0.5}, **{"reasoning/length": 0.0})
+    falling["reasoning/length"] = 40 - (0.1 + 0.01 * falling["cfg.train.seed"]) * falling["step"]
+    assert analysis.judge(falling, shortens, {"arm": "a"}, None, floor_ceiling=None).status == (
+        analysis.REPRODUCED
+    )
+
+
+def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
+    """Table 4 compares a think arm with a no-think one; an empty <think></think> passes the format
+    check, so a think arm whose reasoning averaged under a token a turn is a second no-think arm."""
+    ni = analysis.Claim(
+        "table4",
+        "think no worse",
+        "val/success",
+        mde=0.1,
+        kind="noninferiority",
+        margin=0.1,
+        mechanism="think",
+    )
+    df = runs_df({"a": lambda seed, step: 0.4 + 0.01 * seed, "b": 0.4})
+    empty = df.assign(**{"reasoning/length": df["arm"].map({"a": 0.0, "b": 0.0})})
+    row = analysis.judge(empty, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "mechanism did not act (think, arm a): its reasoning averaged 0 tokens a turn (< 1): "
+        "the think arm did not think"
+    )
+    thought = df.assign(**{"reasoning/length": df["arm"].map({"a": 20.0, "b": 0.0})})
+    assert analysis.judge(thought, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
+    row = analysis.judge(df, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason == "mechanism did not act (think, arm a): no reasoning/length logged"
