@@ -749,3 +749,91 @@ def test_action_count_variants_get_a_5k_budget_and_the_prompt_says_so():
         assert ep.step("I go.</think><answer>" + " || ".join(["Up"] * (k + 1)) + "</answer>") is not None
         assert f"You have {budget - len(ep.turns[0].executed)} actions left" in ep.messages[-1]["content"]
         assert len(ep.turns[0].executed) == min(k, budget)  # the per-turn limit cut the (k+1)th action
+
+
+class _AtDecide(Exception):
+    """Raised by the stand-in `analysis.decide`: the notebook's studies have been read."""
+
+
+def _studies_on_the_grid(name: str, profile: str) -> tuple[list, object]:
+    """Run notebook `name` as papermill would, with `run_finding` returning the profile's grid as
+    metrics-shaped rows (every run of `variants`, 3 steps of random metrics, no training) and the
+    plots drawing nothing; stop at its `analysis.decide` and return the (claim, a, b) studies and
+    the frame they would be judged on."""
+    from dataclasses import asdict
+    from unittest import mock
+
+    import numpy as np
+    import pandas as pd
+
+    from ragen_lib import analysis, metrics, plots
+    from ragen_lib.runs import _flatten
+
+    rng = np.random.default_rng(0)
+    shifted = ["val/success/bandit-heldout", "val/success/bandit-heldout-rev", "val/success/frozenlake"]
+
+    def grid(finding, profile_, seeds=None, overrides=None, **_):
+        finding, pairs = experiments.variants(finding, profile_, seeds=seeds, overrides=overrides)
+        rows, labels = [], {}
+        for c, lab in pairs:
+            run_id = runs.run_dir(Path("/nonexistent"), finding, c).name
+            labels[run_id] = lab
+            flat = {f"cfg.{k}": v for k, v in _flatten(asdict(c)).items()}
+            for step in range(3):
+                m = {k: float(rng.random()) for k in [*metrics.METRICS, *shifted]}
+                rows.append({"run_id": run_id, "finding": finding, "done": True, "step": step, **m, **flat})
+        df = pd.DataFrame(rows).drop_duplicates(["run_id", "step"])  # variants sharing a config: one run
+        for key in {k for lab in labels.values() for k in lab}:
+            df[key] = df["run_id"].map(lambda r, k=key: labels[r].get(k))
+        df["profile"] = profile_
+        df.attrs.update(profile=profile_, finding=finding, wall_s=0.0, root="/nonexistent")
+        return df
+
+    seen = {}
+
+    def decide(df, claim, studies, primary, **_):
+        seen.update(studies=studies, df=df)
+        raise _AtDecide
+
+    source = Path(f"notebooks/{name}.py").read_text()
+    source = re.sub(r"^profile = None\b", f"profile = {profile!r}", source, count=1, flags=re.M)
+    drawn = mock.MagicMock(return_value="figure.png")
+    with (
+        mock.patch.object(experiments, "run_finding", grid),
+        mock.patch.object(analysis, "decide", decide),
+        mock.patch.multiple(plots, curves=drawn, bars=drawn, save=drawn),
+        mock.patch("IPython.display.display"),
+        pytest.raises(_AtDecide),
+    ):
+        exec(compile(source, f"notebooks/{name}.py", "exec"), {"__name__": "__main__"})
+    return seen["studies"], seen["df"]
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_every_notebooks_arms_find_runs_and_one_run_a_seed_in_every_profile(profile, capsys):
+    """A study whose arm matches no run reads "no data", and one matching two runs of a seed would
+    average them under one seed, only after the grid has trained (hours at quick, days at paper);
+    a judged finding whose studies all mix in a pilot arm spends its seeds on PILOT rows. All three
+    are properties of the notebook's selectors and the profile's grid, checked here without
+    training."""
+    from ragen_lib import analysis
+
+    judged_findings = set()
+    for name in experiments.findings():
+        studies, df = _studies_on_the_grid(name, profile)
+        for claim, a, b in studies:
+            arms = {"a": analysis._select(df, a), "b": None if b is None else analysis._select(df, b)}
+            for arm, part in arms.items():
+                if part is None:
+                    continue
+                assert len(part), (
+                    f"{name} {profile}: {claim.id}: arm {arm} ({a if arm == 'a' else b}) has no run"
+                )
+                assert not analysis._runs_per_seed(arm, part), (name, profile, claim.id)
+            if all(part is None or part["judged"].all() for part in arms.values()):
+                judged_findings.add(name)
+    declared = experiments.load_profile(profile)["judged"]
+    wanted = set(experiments.findings()) if declared == "all" else {j["finding"] for j in declared}
+    assert wanted <= judged_findings, (
+        f"{profile}: judged findings with no fully judged study: {wanted - judged_findings}"
+    )
