@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 
@@ -71,11 +72,25 @@ def _run(args) -> int:
 
 
 def _bench(args) -> int:
+    from pathlib import Path
+
+    import torch
+
     from ragen_lib import bench
 
     only = tuple(x.strip() for x in (args.only or "").split(",") if x.strip()) or None
+    if args.only is not None and not only:  # `--only ""` (an unset shell variable) is not "all"
+        raise ConfigError(f"--only names no section: give one or more of {','.join(bench.SECTIONS)}")
     for name in only or ():  # a typo stops here, before the model loads, not after
         _check_name("--only", name, bench.SECTIONS)
+    if args.before is not None and not Path(args.before).is_file():
+        raise ConfigError(
+            f"--before {args.before}: no such file (an earlier report's .json, e.g. outputs/bench/cpu.json)"
+        )
+    if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device {args.device}: torch {torch.__version__} sees no CUDA device here; use --device cpu"
+        )
     _check_model(args.model)  # before the report, which a bench of a missing model would overwrite
     try:
         bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
@@ -88,6 +103,7 @@ def _bench(args) -> int:
 def _doctor(args) -> int:
     from ragen_lib import doctor
 
+    _check_model(args.model)  # a misspelt --model: one line now, not a report of failed checks later
     return doctor.run(args.device, args.out, args.model)
 
 
@@ -203,7 +219,14 @@ def _plot(args) -> int:
 
     df = runs.load(args.root, args.finding)
     if df.empty:
-        raise SystemExit(f"no runs with metrics under {Path(args.root) / 'runs' / args.finding}")
+        store = Path(args.root) / "runs"
+        here = sorted(p.parent.parent.name for p in store.glob("*/*/config.yaml")) if store.is_dir() else []
+        hint = (
+            f"findings with runs there: {', '.join(dict.fromkeys(here))} (--finding NAME)"
+            if here
+            else f"{store} holds no run: give the --out folder of `run` (runs live in <out>/runs/<finding>/)"
+        )
+        raise ConfigError(f"no runs with metrics under {store / args.finding}; {hint}")
     from ragen_lib import metrics
 
     hue = args.hue
@@ -295,6 +318,23 @@ def _repair(args) -> int:
     return 0
 
 
+def _device(text: str) -> str:
+    """An argparse type: cpu, cuda or cuda:N (torch's own error names every device type it knows)."""
+    if text in ("cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a device: cpu, cuda or cuda:N")
+
+
+def _folder_name(text: str) -> str:
+    """An argparse type: one folder name (`--finding`), so a run lands under <out>/runs/ and
+    `plot` finds it there ("" put it in runs/ itself, "../x" outside the run store)."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) and ".." not in text:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not one folder name (letters, digits, '_', '-', '.'; e.g. adhoc or 01_instability)"
+    )
+
+
 def _at_least(low):
     """An argparse type: a number of low's type, at least `low` (checked before any model loads)."""
     kind = type(low)
@@ -332,11 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         help="dotted overrides, e.g. --set algo.name=apo train.steps=20",
     )
     run.add_argument("--out", default="outputs/cli", help="run store root (default outputs/cli)")
-    run.add_argument("--finding", default="adhoc", help="sub-folder of <out>/runs/")
+    run.add_argument("--finding", type=_folder_name, default="adhoc", help="sub-folder of <out>/runs/")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     bench = sub.add_parser("bench", help="time load, generation, prefill, a train step and the update")
     bench.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
-    bench.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    bench.add_argument(
+        "--device", type=_device, default=None, help="cpu or cuda (default: cuda when available)"
+    )
     bench.add_argument("--out", default="outputs/bench", help="writes <out>/<device>.md and .json")
     bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
     bench.add_argument(
@@ -354,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     warm.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides")
     plot = sub.add_parser("plot", help="curves and a first/last summary of the runs in a run store")
     plot.add_argument("root", help="the --out of `run` (holds runs/<finding>/)")
-    plot.add_argument("--finding", default="adhoc")
+    plot.add_argument("--finding", type=_folder_name, default="adhoc", help="sub-folder of <root>/runs/")
     plot.add_argument(
         "--metrics", nargs="*", default=["rollout/success", "val/success", "reward/mean", "policy/entropy"]
     )
@@ -366,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     doc = sub.add_parser(
         "doctor", help="environment, model, precision, static decoding, 3 steps per algorithm"
     )
-    doc.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    doc.add_argument(
+        "--device", type=_device, default=None, help="cpu or cuda (default: cuda when available)"
+    )
     doc.add_argument("--out", default="outputs/gpu-check", help="writes <out>/<device>.md and .json")
     doc.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
     bun = sub.add_parser(
@@ -391,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--finding", nargs="*", default=[], help="only these findings (default: all)")
     plan.add_argument(
         "--device",
+        type=_device,
         default=None,
         help="cuda or cpu: whose measured step time (outputs/bench) the minutes use "
         "(default: cuda, unless the runs' model.device is cpu)",
@@ -453,7 +498,7 @@ def _check_name(flag: str, name: str, known) -> None:
     """`name` must be one of `known`; otherwise one line naming the closest and where to look."""
     import difflib
 
-    known = [str(k) for k in known]
+    known = list(dict.fromkeys(str(k) for k in known))  # columns and metric names overlap
     if name in known:
         return
     close = difflib.get_close_matches(name, known, n=3)

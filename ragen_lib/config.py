@@ -194,7 +194,17 @@ class EnvConfig:
                     "would be computed twice): list each env once"
                 )
             seen.add(name)
-        _check_keys("env.kwargs.", self.kwargs, envs.env_fields(self.name), f"field(s) of env {self.name!r}")
+        fields = envs.env_fields(self.name)
+        _check_keys("env.kwargs.", self.kwargs, fields, f"field(s) of env {self.name!r}")
+        for key, value in self.kwargs.items():  # else the env's own checks fail on the type, obscurely
+            want = _kind_of(fields[key])
+            if want is not None and not _is_kind(value, want):
+                got = type(value).__name__
+                got = f"{'an' if got[0] in 'aeiou' else 'a'} {got}"
+                raise ValueError(
+                    f"env.kwargs.{key}: {value!r} is {got}; env {self.name!r} takes {want} there "
+                    f"(default {fields[key]!r})"
+                )
         try:
             envs.make(self.name, **self.kwargs)  # the env's own checks, here rather than mid-rollout
         except (TypeError, ValueError) as e:
@@ -834,6 +844,26 @@ def check_model_name(name: str, key: str = "model.name") -> None:
 def _choice(name: str, value, valid: tuple) -> None:
     if value not in valid:
         raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, valid))}")
+
+
+def _kind_of(default) -> str | None:
+    """What an env field with this default takes: "a number", "true or false", "a string", "a
+    list", or None (no default to go by: the env checks it)."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int | float):
+        return "a number"
+    if isinstance(default, str):
+        return "a string"
+    if isinstance(default, list | tuple):
+        return "a list"
+    return None
+
+
+def _is_kind(value, kind: str) -> bool:
+    if kind == "a number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, {"true or false": bool, "a string": str, "a list": list | tuple}[kind])
 
 
 def did_you_mean(name, choices, prefix: str = "") -> str:

@@ -256,9 +256,12 @@ FOLDER_FILES = {
 def check(name: str, device: str | None = None, *, key: str = "model.name") -> None:
     """Raise ModelNotFound, naming the fix, when `name` cannot load here (or `device` is a GPU this
     machine lacks); loads nothing. Run before a run starts, so a missing file is one clear error and
-    not a traceback per run of a grid. A hub id (org/name) passes: only its download can tell.
-    `key` is where the name was given (a command says `--model`), so the fix names what to change."""
-    resolve(name, convert=False, key=key)
+    not a traceback per run of a grid. A hub id (org/name) passes when it is in the local Hugging
+    Face cache or the hub has it (`check_hub`). `key` is where the name was given (a command says
+    `--model`), so the fix names what to change."""
+    if resolve(name, convert=False, key=key) == name and name not in BUILTIN_MODELS and "/" in name:
+        if not Path(name).expanduser().exists():
+            check_hub(name, key)
     wanted = torch.device(device) if device is not None else None
     if wanted is not None and wanted.type == "cuda":
         if not torch.cuda.is_available() or (wanted.index or 0) >= torch.cuda.device_count():
@@ -267,6 +270,52 @@ def check(name: str, device: str | None = None, *, key: str = "model.name") -> N
                 f"model.device={device}: this machine has {have} (torch {torch.__version__}). Leave "
                 "model.device out to use what is here, or run on a GPU host with a CUDA build of torch"
             )
+
+
+HUB_TIMEOUT_S = 10.0
+"""How long `check_hub` waits for the hub's answer about one model id."""
+
+
+def check_hub(name: str, key: str = "model.name") -> None:
+    """A hub id loads when its files are in the local Hugging Face cache, or when the hub has it:
+    asked once here, with a short timeout, so a misspelt id (or one that cannot download: offline,
+    gated, private) is one error before any run folder is made, not a failed download in every run
+    of a grid after a minute of retries."""
+    from huggingface_hub import HfApi, constants, errors, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    offline = constants.HF_HUB_OFFLINE or os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
+    if offline:
+        raise _not_found(
+            name,
+            f"hub id {name!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            f"HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE forbid the download (fetch it where there is network "
+            f"with `hf download {name}`, then copy the cache or the folder here)",
+            key,
+        )
+    try:
+        HfApi().model_info(name, timeout=HUB_TIMEOUT_S)
+    except errors.GatedRepoError:
+        raise _not_found(
+            name,
+            f"hub id {name!r} is gated: accept its terms on huggingface.co and log in (`hf auth login`)",
+            key,
+        ) from None
+    except errors.RepositoryNotFoundError:
+        raise _not_found(
+            name,
+            f"the hub has no model {name!r} (a misspelling? e.g. {PAPER_MODEL}; a private one needs "
+            "`hf auth login`)",
+            key,
+        ) from None
+    except Exception as e:  # no network, a proxy, a timeout: the download would fail the same way
+        raise _not_found(
+            name,
+            f"hub id {name!r} is not in the local Hugging Face cache and the hub did not answer "
+            f"({type(e).__name__}: {str(e)[:200]})",
+            key,
+        ) from None
 
 
 def converted_folder(gguf: Path) -> Path:

@@ -404,10 +404,13 @@ def test_a_long_section_keeps_the_parts_it_finished(tmp_path, monkeypatch):
 
 
 def test_a_bench_that_measures_nothing_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
-    """A model name that passes the up-front check but loads nowhere (a hub id on a machine without
-    network) fails every section: the committed report in `out` must survive it, and the error
-    must say why and that the report was kept."""
+    """A model name that passes the up-front check but loads nowhere (a hub id the hub lists, whose
+    download then fails) fails every section: the committed report in `out` must survive it, and
+    the error must say why and that the report was kept."""
+    from ragen_lib import models
     from ragen_lib.__main__ import main
+
+    monkeypatch.setattr(models, "check_hub", lambda name, key: None)
 
     def offline(*a, **k):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load someone/some-model")
@@ -442,3 +445,25 @@ def test_memory_alone_reports_no_process_peak(tmp_path, monkeypatch):
     bench.run(models.TINY_RANDOM, "cpu", tmp_path / "after", quick=True, only=("load", "memory"))
     whats = [r["what"] for r in json.loads((tmp_path / "after" / "cpu.json").read_text())["rows"]]
     assert any(w.startswith("peak memory") for w in whats) and whats[-1] == "head memory: stand-in"
+
+
+def test_bench_refuses_a_bad_device_a_missing_before_file_and_an_empty_only_in_one_line(tmp_path, capsys):
+    """Each was a traceback (torch's device parser, a FileNotFoundError, bench.run's RuntimeError) or,
+    for `--only ""`, every section run; now one line naming the fix, before any model loads."""
+    from ragen_lib.__main__ import main
+
+    out = ["--quick", "--model", "tiny-random", "--out", str(tmp_path / "b")]
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--device", "gpu", *out])
+    assert (
+        e.value.code == 2
+        and "argument --device: 'gpu' is not a device: cpu, cuda or cuda:N" in capsys.readouterr().err
+    )
+    assert main(["bench", "--device", "cpu", "--before", str(tmp_path / "nope.json"), *out]) == 2
+    assert f"error: --before {tmp_path / 'nope.json'}: no such file" in capsys.readouterr().err
+    assert main(["bench", "--device", "cpu", "--only", " , ", *out]) == 2
+    assert "error: --only names no section: give one or more of load,generation" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "--device", "cuda", *out]) == 2
+        assert "sees no CUDA device here; use --device cpu" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # nothing written

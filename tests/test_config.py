@@ -150,6 +150,15 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
         ("env.kwargs=abc", "env.kwargs must be a mapping, e.g. {size: 8}, got 'abc'"),
         ("env.kwargs={arms: 3}", "unknown field(s) of env 'bandit': env.kwargs.arms"),
         ("env.kwargs={high_risk_p: 2}", "env.kwargs {'high_risk_p': 2} rejected by env 'bandit'"),
+        # a wrong type read "'<=' not supported between instances of 'int' and 'str'"
+        (
+            "env.kwargs={high_risk_p: abc}",
+            "env.kwargs.high_risk_p: 'abc' is a str; env 'bandit' takes a number",
+        ),
+        (
+            "env.kwargs={shuffle: 1}",
+            "env.kwargs.shuffle: 1 is an int; env 'bandit' takes true or false there",
+        ),
         ("env.eval_envs=bandit-rev", "env.eval_envs must be a list, e.g. [bandit-rev]"),
         ("env.eval_envs=[bandit-ref]", "env.eval_envs: unknown env 'bandit-ref' (did you mean bandit-rev?)"),
         ("env.name=sokobn", "env.name: unknown env 'sokobn' (did you mean sokoban?)"),

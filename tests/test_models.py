@@ -199,7 +199,8 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
     (folder / "tokenizer.json").write_text("{}")
     models.check(str(folder))
     models.check(models.TINY_RANDOM)
-    models.check("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: only the download can tell
+    monkeypatch.setattr(models, "check_hub", lambda name, key: None)  # the hub has it (next test)
+    models.check("Qwen/Qwen2.5-0.5B-Instruct")
     # A bare word that names no file here was passed on as a hub id, to fail as a download per run
     with pytest.raises(models.ModelNotFound, match=r"'qwen-0.5b' is not a built-in model .*org/name"):
         models.check("qwen-0.5b")
@@ -260,6 +261,59 @@ def test_embedded_model_answers_a_bandit_prompt_through_the_parser():
         "| format-valid rate",
         batch.format_valid_rate,
     )
+
+
+def test_a_hub_id_is_checked_in_the_cache_then_once_with_the_hub_before_any_run(tmp_path, monkeypatch):
+    """A misspelt hub id passed the up-front check and failed later, as a download after a minute of
+    retries, in every run of a grid, with a traceback: now one error, before any run folder."""
+    from huggingface_hub import HfApi, constants, errors
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    asked = []
+
+    def answer(response):
+        def model_info(self, name, timeout=None):
+            asked.append((name, timeout))
+            if isinstance(response, Exception):
+                raise response
+            return response
+
+        monkeypatch.setattr(HfApi, "model_info", model_info)
+
+    def http_error(cls):  # the hub's 404 / gated answer, without an HTTP library's response
+        error = cls.__new__(cls)
+        Exception.__init__(error, "404")
+        return error
+
+    answer(object())  # the hub has it
+    models.check("Qwen/Qwen2.5-0.5B-Instruct")
+    assert asked == [("Qwen/Qwen2.5-0.5B-Instruct", models.HUB_TIMEOUT_S)]
+    answer(http_error(errors.RepositoryNotFoundError))
+    with pytest.raises(
+        models.ModelNotFound, match=r"the hub has no model 'Qwen/Qwen2.5-0.5B-Instrct' \(a misspelling"
+    ):
+        models.check("Qwen/Qwen2.5-0.5B-Instrct")
+    answer(http_error(errors.GatedRepoError))
+    with pytest.raises(models.ModelNotFound, match=r"is gated: accept its terms .*: set model.name to"):
+        models.check("meta-llama/Llama-3.2-1B")
+    answer(ConnectionError("Name or service not known"))
+    with pytest.raises(models.ModelNotFound, match=r"the hub did not answer \(ConnectionError: Name or"):
+        models.check("Qwen/Qwen2.5-0.5B-Instruct", key="--model")
+    # Offline: the cache alone decides, and the hub is not asked.
+    asked.clear()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(models.ModelNotFound, match=r"not in the local Hugging Face cache .*HF_HUB_OFFLINE"):
+        models.check("Qwen/Qwen2.5-0.5B-Instruct")
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B-Instruct" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("abc")
+    models.check("Qwen/Qwen2.5-0.5B-Instruct")  # cached: found without the hub
+    assert asked == []
 
 
 @pytest.mark.skipif(

@@ -784,8 +784,12 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     with pytest.warns(RunStoreWarning):
         assert main(["plot", str(tmp_path), "--metrics", "rollout/success"]) == 0
     assert "(DONE is inconsistent)" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="no runs"):
-        main(["plot", str(tmp_path), "--finding", "other"])
+    assert main(["plot", str(tmp_path), "--finding", "other"]) == 2  # names the findings that have runs
+    assert "no runs with metrics under" in (err := capsys.readouterr().err) and (
+        "findings with runs there: adhoc (--finding NAME)" in err
+    )
+    assert main(["plot", str(tmp_path / "runs" / "adhoc")]) == 2  # a run folder, not the --out root
+    assert "holds no run: give the --out folder of `run`" in capsys.readouterr().err
 
 
 def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp_path, capsys):
@@ -800,6 +804,10 @@ def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp
         (
             ["plot", root, "--metrics", "rollout/sucess"],
             "--metrics: unknown name 'rollout/sucess'; did you mean rollout/success",
+        ),
+        (  # each close name once: the columns and the metric names overlap
+            ["plot", root, "--metrics", "rollout/sucess"],
+            "did you mean rollout/success or rollout/turns or rollout/truncated?",
         ),
         (
             ["plot", root, "--hue", "cfg.algo.nme"],

@@ -429,7 +429,8 @@ def test_cli_names_a_misspelt_or_missing_model_before_loading_it_or_writing_a_re
 
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("a model loaded"))
     out = tmp_path / "bench"
-    for argv in (["bench", "--quick", "--device", "cpu", "--out", str(out)], ["demo"], ["zeroshot"]):
+    doctor = ["doctor", "--device", "cpu", "--out", str(out)]  # its checks took 90 s to say so
+    for argv in (["bench", "--quick", "--device", "cpu", "--out", str(out)], doctor, ["demo"], ["zeroshot"]):
         assert main([*argv, "--model", "tiny-randon"]) == 2
         assert capsys.readouterr().err.startswith(
             "error: --model: 'tiny-randon' is not a model we know: did you mean"
@@ -639,3 +640,18 @@ def test_loss_mask_mode_reaches_the_loss_the_whitening_and_the_entropy(monkeypat
     # Three passes over the batch cover exactly this mask: old policy (entropy, KL), reference (KL),
     # and the update (the loss): starpo-ppo's in-reward KL needs the old log-probs before the update.
     assert sum(float(m.sum()) for m in seen["forward"]) == 3 * float(want.sum())
+
+
+def test_cli_refuses_a_finding_that_is_not_one_folder_name(tmp_path, capsys):
+    """`--finding ../../x` wrote a run outside the run store, `--finding ""` into runs/ itself, where
+    `plot` does not look."""
+    from ragen_lib.__main__ import main
+
+    for bad in ("../../esc", "", "a/b"):
+        with pytest.raises(SystemExit) as e:
+            main(["run", "params/examples/bandit_ppo.yaml", "--out", str(tmp_path), "--finding", bad])
+        assert (
+            e.value.code == 2
+            and f"argument --finding: {bad!r} is not one folder name" in capsys.readouterr().err
+        )
+    assert not any(tmp_path.iterdir())
