@@ -894,6 +894,10 @@ def _parse_overrides(overrides) -> dict:
         key, sep, text = item.partition("=")
         if not sep:
             raise ValueError(f"override {item!r} must look like key=value, e.g. algo.clip_high=0.28")
+        if key.strip() in out:  # the last would win silently; a YAML file refuses a repeated key too
+            raise ValueError(
+                f"override {key.strip()!r} is given twice ({item!r} after an earlier one): give it once"
+            )
         out[key.strip()] = read_yaml(
             f"override {item!r}", text
         )  # "0.28" -> float, "true" -> bool, "[a, b]" -> list

@@ -66,6 +66,12 @@ def test_override_without_equals_sign_says_how():
         from_dict({}, ["algo.clip_high"])
 
 
+def test_an_override_given_twice_is_refused_as_a_repeated_yaml_key_is():
+    # `--set train.steps=3 train.steps=4` trained 4 steps without a word
+    with pytest.raises(ValueError, match=r"override 'train.steps' is given twice \('train.steps=4' after"):
+        from_dict({}, ["train.steps=3", "train.steps=4"])
+
+
 def test_hash_is_stable_and_round_trips(tmp_path):
     a = from_dict({"algo": {"name": "apo"}}, ["train.steps=5"])
     path = tmp_path / "c.yaml"
