@@ -197,8 +197,8 @@ class EnvConfig:
         fields = envs.env_fields(self.name)
         _check_keys("env.kwargs.", self.kwargs, fields, f"field(s) of env {self.name!r}")
         for key, value in self.kwargs.items():  # else the env's own checks fail on the type, obscurely
-            want = _kind_of(fields[key])
-            if want is not None and not _is_kind(value, want):
+            want = _wrong_kind(value, fields[key])
+            if want is not None:
                 got = type(value).__name__
                 got = f"{'an' if got[0] in 'aeiou' else 'a'} {got}"
                 raise ValueError(
@@ -846,24 +846,23 @@ def _choice(name: str, value, valid: tuple) -> None:
         raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, valid))}")
 
 
-def _kind_of(default) -> str | None:
-    """What an env field with this default takes: "a number", "true or false", "a string", "a
-    list", or None (no default to go by: the env checks it)."""
-    if isinstance(default, bool):
-        return "true or false"
-    if isinstance(default, int | float):
-        return "a number"
-    if isinstance(default, str):
-        return "a string"
-    if isinstance(default, list | tuple):
-        return "a list"
+_FIELD_KINDS = (
+    (bool, "true or false"),
+    (int | float, "a number"),
+    (str, "a string"),
+    (list | tuple, "a list"),
+)
+"""What an env field takes, by its default's type (bool first: it is an int too)."""
+
+
+def _wrong_kind(value, default) -> str | None:
+    """What an env field with this default takes ("a number", ...) when `value` is not that; None
+    when it is, or when the default says nothing (None: the env checks it)."""
+    for types, kind in _FIELD_KINDS:
+        if isinstance(default, types):
+            fits = isinstance(value, types) and (types is bool or not isinstance(value, bool))
+            return None if fits else kind
     return None
-
-
-def _is_kind(value, kind: str) -> bool:
-    if kind == "a number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(value, {"true or false": bool, "a string": str, "a list": list | tuple}[kind])
 
 
 def did_you_mean(name, choices, prefix: str = "") -> str:

@@ -200,8 +200,9 @@ def _at_least_fp32(x: torch.Tensor) -> torch.Tensor:
 
 def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
     """Map a model name to something `from_pretrained` reads: a folder or a hub id. A name that
-    names nothing here raises ModelNotFound saying what to change. `convert=False` only finds a
-    GGUF (returns its path) without converting it: what `check` needs."""
+    names nothing here raises ModelNotFound saying what to change. `convert=False` finds the model
+    without converting or downloading it (a GGUF's path; a hub id asked of the cache and the hub,
+    `check_hub`): what `check` needs."""
     if name == EMBEDDED:
         gguf = embedded_gguf()
         return str(converted_folder(gguf) if convert else gguf)
@@ -238,6 +239,8 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
             f"a folder here, nor a hub id (org/name, e.g. {PAPER_MODEL})",
             key,
         )
+    if not convert and name not in BUILTIN_MODELS and not path.exists():
+        check_hub(name, key)  # load's download answers the same question itself
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
 
@@ -259,9 +262,7 @@ def check(name: str, device: str | None = None, *, key: str = "model.name") -> N
     not a traceback per run of a grid. A hub id (org/name) passes when it is in the local Hugging
     Face cache or the hub has it (`check_hub`). `key` is where the name was given (a command says
     `--model`), so the fix names what to change."""
-    if resolve(name, convert=False, key=key) == name and name not in BUILTIN_MODELS and "/" in name:
-        if not Path(name).expanduser().exists():
-            check_hub(name, key)
+    resolve(name, convert=False, key=key)
     wanted = torch.device(device) if device is not None else None
     if wanted is not None and wanted.type == "cuda":
         if not torch.cuda.is_available() or (wanted.index or 0) >= torch.cuda.device_count():
