@@ -547,5 +547,25 @@ def _load_config(path, overrides):
         raise ConfigError(str(e)) from None
 
 
+def _one_line_warnings() -> None:
+    """The run store's warnings (a PID taken over, a torn line left out, steps redone) are meant for
+    the person at the terminal: printed as `warning: ...`, not with a file, a line number and the
+    source line of the library's `warnings.warn` call. Other warnings keep Python's format."""
+    import warnings
+
+    from ragen_lib.runs import RunStoreWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RunStoreWarning):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 if __name__ == "__main__":
+    _one_line_warnings()  # here, not in main(): tests call main() under pytest's own warning capture
     sys.exit(main())

@@ -619,9 +619,32 @@ def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
     """Read a YAML config (sections model/env/rollout/algo/train) and apply dotted overrides.
     Every error names the file (and the line, for YAML errors)."""
     path = Path(path)
+    if path.is_dir():
+        inside = path / "config.yaml"
+        raise FileNotFoundError(
+            f"{path} is a folder, not a config file"
+            + (
+                f"; it holds a run: give its {inside} (with the --out and --finding it was trained "
+                "under, to resume it there)"
+                if inside.is_file()
+                else "; give a YAML file such as params/examples/bandit_ppo.yaml"
+            )
+        )
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     data = read_yaml(path)
+    if isinstance(data, dict) and data and set(data) <= {"base", "grid", "extra"}:
+        raise ValueError(
+            f"{path} is a notebook's grid file (base, grid), not one run's config: its runs train "
+            f"from the notebook or `make replicate NB={path.stem[:2]}`; for one of them, give a "
+            "config with sections model/env/rollout/algo/train and the grid point as --set keys"
+        )
+    if isinstance(data, dict) and data and set(data) <= {"smoke", "quick", "paper"}:
+        raise ValueError(
+            f"{path} is the profiles file (smoke, quick, paper), not one run's config: a profile runs "
+            "with `make replicate-all PROFILE=<name>`; a run's config has sections "
+            f"{'/'.join(SECTIONS)}"
+        )
     if data is None:  # an empty file (or only comments) is more often a mistake than a choice
         raise ValueError(
             f"{path} is empty (or holds only comments): write the sections it changes, e.g. "
@@ -632,6 +655,13 @@ def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
     try:
         return from_dict(data, overrides)
     except ValueError as e:
+        if overrides:  # a typo in a --set key is not the file's: blame what the file did not say
+            try:
+                from_dict(data)
+            except ValueError:
+                pass
+            else:
+                raise ValueError(f"the overrides on {path} (the file itself loads): {e}") from None
         raise ValueError(f"{path}: {e}") from None
 
 

@@ -767,7 +767,17 @@ class Run:
         agrees = rows is not None and [r["step"] for r in kept] == self.schedule_to(keep)
         if agrees and copy is not None:  # the same lines as when the checkpoint was taken, to the byte
             agrees = "".join(json.dumps(r) + "\n" for r in kept) == copy
-        if agrees:
+        if step is None and rows:  # steps logged, none checkpointed: say they are redone, not only do it
+            moved = self._quarantine([self.path / "metrics.jsonl", self.path / "samples.jsonl"])
+            warnings.warn(
+                f"{self.path} logged {_steps_text([r['step'] for r in rows])} but has no checkpoint "
+                f"(one is written every train.checkpoint_every steps): training restarts at step 0 "
+                f"and redoes them (the old metrics and samples are kept in {moved}). A lower "
+                f"train.checkpoint_every loses fewer steps to a crash",
+                RunStoreWarning,
+                stacklevel=2,
+            )
+        elif agrees:
             if len(kept) != len(rows):
                 self._rewrite("metrics.jsonl", kept)
         elif copy is not None:

@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 
 from ragen_lib import config
 from ragen_lib.config import Config, from_dict
+
+PARAMS = Path(__file__).resolve().parents[1] / "params"
 
 
 def test_presets_fill_only_unset_fields():
@@ -85,6 +89,26 @@ def test_hash_is_stable_and_round_trips(tmp_path):
 def test_missing_file_is_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         config.load(tmp_path / "nope.yaml")
+
+
+def test_a_folder_a_grid_file_or_the_profiles_file_is_named_for_what_it_is(tmp_path):
+    """Each said 'does not exist' or 'unknown config section' of a file that exists and is valid,
+    only not a run's config: the message now says what it is and what to give instead."""
+    with pytest.raises(FileNotFoundError, match="is a folder, not a config file; give a YAML"):
+        config.load(tmp_path)
+    run = tmp_path / "runs" / "adhoc" / "bandit-1"
+    run.mkdir(parents=True)
+    config.save(Config(), run / "config.yaml")
+    with pytest.raises(FileNotFoundError, match=f"it holds a run: give its {run / 'config.yaml'}"):
+        config.load(run)
+    with pytest.raises(ValueError, match=r"grid file \(base, grid\).*make replicate NB=01"):
+        config.load(PARAMS / "01_instability.yaml")
+    with pytest.raises(ValueError, match="is the profiles file.*make replicate-all PROFILE"):
+        config.load(PARAMS / "profiles.yaml")
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("base: {}\ntrain: {steps: 2}\n")  # a run config with a stray key: the usual error
+    with pytest.raises(ValueError, match="base"):
+        config.load(odd)
 
 
 def test_a_preset_resolves_wherever_the_config_is_built():
@@ -285,3 +309,13 @@ def test_a_left_out_model_is_recorded_as_the_model_that_will_train(monkeypatch):
         ValueError, match=r"model.name='tiny-randm' is not a model we know: did you mean tiny-random"
     ):
         from_dict({}, {"model.name": "tiny-randm"})
+
+
+def test_an_override_error_blames_the_overrides_not_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train: {steps: 2}\n")
+    with pytest.raises(ValueError, match=r"^the overrides on .*c.yaml \(the file itself loads\): .*train.stpes"):
+        config.load(path, ["train.stpes=3"])
+    path.write_text("train: {stpes: 2}\n")  # the file's own typo is still the file's
+    with pytest.raises(ValueError, match=r"^/.*c.yaml: .*stpes"):
+        config.load(path, ["train.steps=3"])

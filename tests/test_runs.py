@@ -155,6 +155,24 @@ def test_resume_trims_steps_after_the_checkpoint(tmp_path):
         again.log(6, {"a": 6})  # continuing is allowed again
 
 
+
+def test_resume_before_the_first_checkpoint_says_the_logged_steps_are_redone(tmp_path):
+    run = trained(tmp_path / "r", 1)  # steps 0-1 logged, the first checkpoint would come at step 2
+    run.close()
+    with Run(run.path, CFG) as again:
+        with pytest.warns(RunStoreWarning, match="logged steps 0-1 but has no checkpoint") as got:
+            step, state = again.resume()
+        assert step is None and state is None and steps_of(again) == []
+        assert "redoes them" in str(got[0].message) and "train.checkpoint_every" in str(got[0].message)
+        assert again.samples() == []
+        assert list((run.path / "quarantine").rglob("metrics.jsonl"))  # kept, not deleted
+        assert list((run.path / "quarantine").rglob("samples.jsonl"))
+    fresh = Run(tmp_path / "fresh", CFG)  # nothing logged: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fresh.resume() == (None, None)
+    fresh.close()
+
 # --- corruptions: each was accepted silently before (issue 13) --------------------------------------
 def cut_last_line(path):
     lines = (path / "metrics.jsonl").read_text().splitlines(keepends=True)
@@ -791,6 +809,26 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     assert main(["plot", str(tmp_path / "runs" / "adhoc")]) == 2  # a run folder, not the --out root
     assert "holds no run: give the --out folder of `run`" in capsys.readouterr().err
 
+
+
+def test_the_command_line_prints_run_store_warnings_as_one_line(tmp_path):
+    """Run as a command, a run store warning was four lines: file, line number, category and the
+    source line of the library's warnings.warn call. The person at the terminal gets the message."""
+    run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
+    run.log(0, {"rollout/success": 0.5, "rollout/format_valid": 1.0})
+    run.close()
+    with open(run.path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 1, "rollout/succ')  # a torn tail: left out, with a warning
+    done = subprocess.run(
+        [sys.executable, "-m", "ragen_lib", "plot", str(tmp_path), "--metrics", "rollout/success"],
+        env={**ENV, "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "incomplete line" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: ") and str(run.path) in warned[0]
+    assert "warnings.warn" not in done.stderr and "RunStoreWarning" not in done.stderr
 
 def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp_path, capsys):
     """A misspelt --metrics was drawn as an empty panel; a misspelt --hue, --only or run folder
