@@ -602,6 +602,24 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
         d.setdefault(section, {})
         if not isinstance(d[section], dict):
             raise ValueError(f"config section {section!r} must be a mapping")
+        head, _, sub = leaf.partition(".")
+        field = {f.name: f for f in fields(SECTIONS[section])}.get(head) if sub else None
+        if field is not None:  # env.kwargs.high_risk_p=0.3: one entry of a mapping, the others kept
+            if _kind(field.type)[0] != "dict":
+                raise ValueError(
+                    f"override {key!r}: only a mapping field takes a dotted entry (e.g. "
+                    f"env.kwargs.high_risk_p=0.3); {section}.{head} is not a mapping"
+                )
+            if "." in sub:
+                raise ValueError(
+                    f"override {key!r}: one entry of {section}.{head} is one name, "
+                    f"{section}.{head}.NAME=VALUE"
+                )
+            entries = d[section].setdefault(head, {})
+            if not isinstance(entries, dict):
+                raise ValueError(f"override {key!r}: {section}.{head} must be a mapping, got {entries!r}")
+            entries[sub] = value
+            continue
         d[section][leaf] = value
     _check_keys("", d, SECTIONS)
     parts = {}

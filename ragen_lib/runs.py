@@ -338,7 +338,11 @@ class Run:
         cfg_file = self.path / "config.yaml"
         if cfg is None:
             if not cfg_file.exists():
-                raise FileNotFoundError(f"{self.path} is not a run folder (no config.yaml)")
+                raise FileNotFoundError(
+                    f"{self.path} does not exist"
+                    if not self.path.exists()
+                    else f"{self.path} is not a run folder (no config.yaml)"
+                )
         elif cfg_file.exists():
             saved = self.saved_config()
             if config.dict_hash(saved) != cfg.hash():

@@ -314,8 +314,26 @@ def test_a_left_out_model_is_recorded_as_the_model_that_will_train(monkeypatch):
 def test_an_override_error_blames_the_overrides_not_the_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("train: {steps: 2}\n")
-    with pytest.raises(ValueError, match=r"^the overrides on .*c.yaml \(the file itself loads\): .*train.stpes"):
+    with pytest.raises(
+        ValueError, match=r"^the overrides on .*c.yaml \(the file itself loads\): .*train.stpes"
+    ):
         config.load(path, ["train.stpes=3"])
     path.write_text("train: {stpes: 2}\n")  # the file's own typo is still the file's
     with pytest.raises(ValueError, match=r"^/.*c.yaml: .*stpes"):
         config.load(path, ["train.steps=3"])
+
+
+def test_one_entry_of_a_mapping_field_is_set_by_a_dotted_key():
+    """--set env.kwargs.high_risk_p=0.3 was 'unknown config key(s)'; the one way in was the whole
+    mapping, which dropped the file's other entries."""
+    cfg = from_dict({"env": {"name": "bandit", "kwargs": {"shuffle": False}}}, ["env.kwargs.high_risk_p=0.3"])
+    assert cfg.env.kwargs == {"shuffle": False, "high_risk_p": 0.3}
+    assert cfg == from_dict({"env": {"name": "bandit", "kwargs": {"shuffle": False, "high_risk_p": 0.3}}})
+    with pytest.raises(ValueError, match="unknown field.*env.kwargs.armz.*Valid: env.kwargs.low_risk_name"):
+        from_dict({"env": {"name": "bandit"}}, ["env.kwargs.armz=3"])
+    with pytest.raises(ValueError, match="train.steps is not a mapping"):
+        from_dict({}, ["train.steps.x=1"])
+    with pytest.raises(ValueError, match=r"env.kwargs.NAME=VALUE"):
+        from_dict({"env": {"name": "bandit"}}, ["env.kwargs.a.b=1"])
+    with pytest.raises(ValueError, match="did you mean train.steps"):
+        from_dict({}, ["train.stpes.x=1"])

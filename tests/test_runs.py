@@ -155,7 +155,6 @@ def test_resume_trims_steps_after_the_checkpoint(tmp_path):
         again.log(6, {"a": 6})  # continuing is allowed again
 
 
-
 def test_resume_before_the_first_checkpoint_says_the_logged_steps_are_redone(tmp_path):
     run = trained(tmp_path / "r", 1)  # steps 0-1 logged, the first checkpoint would come at step 2
     run.close()
@@ -172,6 +171,7 @@ def test_resume_before_the_first_checkpoint_says_the_logged_steps_are_redone(tmp
         warnings.simplefilter("error")
         assert fresh.resume() == (None, None)
     fresh.close()
+
 
 # --- corruptions: each was accepted silently before (issue 13) --------------------------------------
 def cut_last_line(path):
@@ -810,7 +810,6 @@ def test_plot_cli_draws_the_runs_and_summarises_first_and_last(tmp_path, capsys)
     assert "holds no run: give the --out folder of `run`" in capsys.readouterr().err
 
 
-
 def test_the_command_line_prints_run_store_warnings_as_one_line(tmp_path):
     """Run as a command, a run store warning was four lines: file, line number, category and the
     source line of the library's warnings.warn call. The person at the terminal gets the message."""
@@ -829,6 +828,7 @@ def test_the_command_line_prints_run_store_warnings_as_one_line(tmp_path):
     warned = [line for line in done.stderr.splitlines() if "incomplete line" in line]
     assert len(warned) == 1 and warned[0].startswith("warning: ") and str(run.path) in warned[0]
     assert "warnings.warn" not in done.stderr and "RunStoreWarning" not in done.stderr
+
 
 def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp_path, capsys):
     """A misspelt --metrics was drawn as an empty panel; a misspelt --hue, --only or run folder
@@ -855,7 +855,8 @@ def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp
             ["bench", "--only", "load,trian", "--model", "nope"],
             "--only: unknown name 'trian'; did you mean train",
         ),
-        (["repair", str(run.path), root + "/nope"], "nope is not a run folder (no config.yaml)"),
+        (["repair", str(run.path), root + "/nope"], "nope does not exist: pass <out>/runs/<finding>/"),
+        (["repair", str(run.path), root], f"{root} is not a run folder (no config.yaml)"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
