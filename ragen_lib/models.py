@@ -227,6 +227,8 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
         if missing:
             raise _not_found(name, f"model folder {path} has no {' and no '.join(missing)}", key)
         return str(path)
+    if path.is_file():  # a YAML or safetensors file given as the model: from_pretrained reads folders
+        raise _not_found(name, f"model path {path} is a file but not a .gguf", key)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
         raise _not_found(name, f"model path {path} does not exist", key)
     if name not in BUILTIN_MODELS and "/" not in name:

@@ -161,6 +161,9 @@ def test_bad_paths_fail_with_a_message(tmp_path):
         models.resolve(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         models.resolve("./no/such/folder")
+    (tmp_path / "run.yaml").write_text("env: {name: bandit}\n")  # a config given as the model
+    with pytest.raises(FileNotFoundError, match="is a file but not a .gguf"):  # was an OSError traceback
+        models.check(str(tmp_path / "run.yaml"))
     assert models.resolve("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
