@@ -148,3 +148,22 @@ def test_apo_stage_two_loss_is_a_pos(beta2, key):
 def test_apo_v_star_is_a_pos(beta1):
     v = REF["v_star"]
     assert_close(A.apo_v_star(t(v["eval"]), beta1=float(beta1)), t(v[beta1]), rtol=1e-12, atol=1e-12)
+
+
+def test_ragens_grpo_filter_order_is_the_raw_order_on_bandit_and_mostly_rounding_on_sokoban():
+    """FIDELITY D8's numbers, from scripts/filter_order.py on fewer draws: RAGEN's GRPO filter ranks
+    groups by s/(s + 1e-6) in float32, which keeps the raw-std groups when s is small (Bandit) and
+    hardly better than chance when s is large (Sokoban). A change that made D8's wording wrong fails."""
+    import re
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "filter_order.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--trials", "400"], capture_output=True, text=True, check=True
+    ).stdout
+    kept = {m[0]: float(m[1]) for m in re.findall(r"^(\w+) .* same groups kept in ([\d.]+)%", out, re.M)}
+    assert set(kept) == {"bandit", "frozenlake", "sokoban"}, out
+    assert (
+        kept["bandit"] > 80 and kept["sokoban"] < 40 and kept["bandit"] > kept["frozenlake"] > kept["sokoban"]
+    )
