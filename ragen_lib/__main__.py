@@ -559,7 +559,10 @@ def _one_line_warnings() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, RunStoreWarning):
-            print(f"warning: {message}", file=file or sys.stderr)
+            try:
+                print(f"warning: {message}", file=file or sys.stderr)
+            except OSError:  # a closed or broken stderr: a warning must not end the run (as Python's)
+                pass
         else:
             default(message, category, filename, lineno, file, line)
 

@@ -594,33 +594,17 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
     d = copy.deepcopy(d or {})
     if not isinstance(d, dict):
         raise ValueError(f"a config is a mapping of sections {list(SECTIONS)}, got {d!r}")
-    for key, value in _parse_overrides(overrides).items():
-        section, _, leaf = key.partition(".")
-        if not leaf:
-            raise ValueError(f"override {key!r} must look like section.field, e.g. algo.clip_high")
-        _check_keys("", {section: None}, SECTIONS)
+    for section, name, entry, value in split_overrides(overrides):
         d.setdefault(section, {})
         if not isinstance(d[section], dict):
             raise ValueError(f"config section {section!r} must be a mapping")
-        head, _, sub = leaf.partition(".")
-        field = {f.name: f for f in fields(SECTIONS[section])}.get(head) if sub else None
-        if field is not None:  # env.kwargs.high_risk_p=0.3: one entry of a mapping, the others kept
-            if _kind(field.type)[0] != "dict":
-                raise ValueError(
-                    f"override {key!r}: only a mapping field takes a dotted entry (e.g. "
-                    f"env.kwargs.high_risk_p=0.3); {section}.{head} is not a mapping"
-                )
-            if "." in sub:
-                raise ValueError(
-                    f"override {key!r}: one entry of {section}.{head} is one name, "
-                    f"{section}.{head}.NAME=VALUE"
-                )
-            entries = d[section].setdefault(head, {})
-            if not isinstance(entries, dict):
-                raise ValueError(f"override {key!r}: {section}.{head} must be a mapping, got {entries!r}")
-            entries[sub] = value
+        if entry is None:
+            d[section][name] = value
             continue
-        d[section][leaf] = value
+        entries = d[section].setdefault(name, {})  # env.kwargs.high_risk_p=0.3: the others kept
+        if not isinstance(entries, dict):
+            raise ValueError(f"{section}.{name} must be a mapping, got {entries!r}")
+        entries[entry] = value
     _check_keys("", d, SECTIONS)
     parts = {}
     for section, cls in SECTIONS.items():
@@ -631,6 +615,43 @@ def from_dict(d: dict | None = None, overrides: dict | list[str] | None = None) 
         _check_keys(section + ".", given, names)
         parts[section] = cls(**{k: _coerce(section, names[k], v) for k, v in given.items()})
     return Config(**parts)
+
+
+def split_overrides(overrides: dict | list[str] | None) -> list[tuple[str, str, str | None, object]]:
+    """(section, field, entry, value) for each dotted override, its key checked before any value:
+    `algo.clip_high` is (algo, clip_high, None, ...); `env.kwargs.high_risk_p` is one entry of a
+    mapping field, (env, kwargs, high_risk_p, ...). A mapping and one of its entries together are
+    refused: the one applied later would drop the other's value."""
+    out = []
+    for key, value in _parse_overrides(overrides).items():
+        section, _, leaf = key.partition(".")
+        if not leaf:
+            raise ValueError(f"override {key!r} must look like section.field, e.g. algo.clip_high")
+        _check_keys("", {section: None}, SECTIONS)
+        names = {f.name: f for f in fields(SECTIONS[section])}
+        head, _, entry = leaf.partition(".")
+        if not entry or head not in names:
+            _check_keys(section + ".", {leaf: None}, names)
+            out.append((section, leaf, None, value))
+            continue
+        if _kind(names[head].type)[0] != "dict":
+            raise ValueError(
+                f"override {key!r}: only a mapping field takes a dotted entry (e.g. "
+                f"env.kwargs.high_risk_p=0.3); {section}.{head} is not a mapping"
+            )
+        if "." in entry:
+            raise ValueError(
+                f"override {key!r}: one entry of {section}.{head} is one name, {section}.{head}.NAME=VALUE"
+            )
+        out.append((section, head, entry, value))
+    whole = {(s, f) for s, f, e, _ in out if e is None}
+    both = sorted({f"{s}.{f}" for s, f, e, _ in out if e is not None and (s, f) in whole})
+    if both:
+        raise ValueError(
+            f"overrides set {both[0]} and one of its entries ({both[0]}.NAME): the one applied later "
+            "would drop the other's value. Give the whole mapping or its entries, not both"
+        )
+    return out
 
 
 def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
@@ -654,7 +675,8 @@ def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
     if isinstance(data, dict) and data and set(data) <= {"base", "grid", "extra"}:
         raise ValueError(
             f"{path} is a notebook's grid file (base, grid), not one run's config: its runs train "
-            f"from the notebook or `make replicate NB={path.stem[:2]}`; for one of them, give a "
+            f"from the notebook or `make replicate NB={path.stem[:2] if path.stem[:2].isdigit() else 'NN'}`; "
+            "for one of them, give a "
             "config with sections model/env/rollout/algo/train and the grid point as --set keys"
         )
     if isinstance(data, dict) and data and set(data) <= {"smoke", "quick", "paper"}:
@@ -671,9 +693,13 @@ def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the top level must be a mapping of sections {list(SECTIONS)}")
     try:
+        split_overrides(overrides)  # a typo in a --set key is the overrides', never the file's
+    except ValueError as e:
+        raise ValueError(f"the overrides on {path}: {e}") from None
+    try:
         return from_dict(data, overrides)
     except ValueError as e:
-        if overrides:  # a typo in a --set key is not the file's: blame what the file did not say
+        if overrides:  # a value only the overrides brought: blame them, not the file
             try:
                 from_dict(data)
             except ValueError:
@@ -874,7 +900,7 @@ def check_model_name(name: str, key: str = "model.name") -> None:
     `key` is where the name was given: a config key, or a command's flag (`--model`)."""
     if name in BUILTIN_MODELS:
         return
-    if name.endswith(".gguf") or "/" in name or name.startswith((".", "~")) or Path(name).exists():
+    if name.lower().endswith(".gguf") or "/" in name or name.startswith((".", "~")) or Path(name).exists():
         return
     close = difflib.get_close_matches(name, BUILTIN_MODELS, n=1, cutoff=0.75)
     close = close or [b for b in BUILTIN_MODELS if b.startswith(name.lower())]

@@ -7,6 +7,9 @@ its run folder `runs/<name>/`, its verdict and its figures' prefix are all that 
 Grid files hold `base` (dotted overrides for every run) and `grid`: a mapping of dotted keys to
 value lists (cartesian product) or a list of override dicts; `extra` adds more variants. Keys
 without a dot in a variant are labels (e.g. `study`): they become DataFrame columns, not config.
+A mapping grid's undotted key may list dicts, each merged in (`variant: [{...}, {...}]`); a dotted
+key's values are the field's own, dicts included (`env.kwargs: [{high_risk_p: 0.2}, ...]`), and
+`env.kwargs.NAME` sets one entry of that mapping.
 Order of application: defaults ← base ← profile ← variant, so a variant's own values always win.
 A variant with `profiles: [paper]` runs only in those profiles.
 
@@ -172,7 +175,9 @@ def points(grid) -> list[dict]:
     """A grid's variants: a mapping {dotted key: [values]} gives the cartesian product (keys in the
     order given); a list of dicts gives one variant per dict. In a mapping, a key whose values are
     dicts (e.g. `variant: [{algo.filter_keep: 0.5}, {algo.filter_keep: 0.25, study: x}]`) takes part
-    in the product with each dict merged in, so a list of variants can be crossed with envs."""
+    in the product with each dict merged in, so a list of variants can be crossed with envs. A dotted
+    key's values are the field's values, dicts included (`env.kwargs: [{high_risk_p: 0.2}, ...]`):
+    merged in, their entries became labels and the field kept its default without a word."""
     if isinstance(grid, list):
         return [dict(p) for p in grid]
     keys = list(grid)
@@ -180,7 +185,7 @@ def points(grid) -> list[dict]:
     for combo in itertools.product(*(grid[k] for k in keys)):
         point: dict = {}
         for k, v in zip(keys, combo):
-            point.update(v if isinstance(v, dict) else {k: v})
+            point.update(v if isinstance(v, dict) and "." not in k else {k: v})
         out.append(point)
     return out
 
@@ -247,12 +252,13 @@ def variants(
     grid = spec.get("grid") or [{}]
     variants_ = points(grid) + list(spec.get("extra") or [])
     varied = {k for point in variants_ for k in point if "." in k} | {"train.seed"}
-    clash = sorted(set(overrides) & varied)
+    field = lambda key: ".".join(key.split(".")[:2])  # noqa: E731  (env.kwargs.x is part of env.kwargs)
+    clash = sorted(k for k in overrides if field(k) in {field(v) for v in varied})
     if clash:
         values = [
-            f"{k}: " + ", ".join(sorted({str(p[k]) for p in variants_ if k in p}))
-            for k in clash
-            if k != "train.seed"
+            f"{v}: " + ", ".join(sorted({str(p[v]) for p in variants_ if v in p}))
+            for v in sorted({v for v in varied for k in clash if field(v) == field(k)})
+            if v != "train.seed"
         ]
         raise ValueError(
             f"overrides set {', '.join(clash)}, which {path.name} varies per run "

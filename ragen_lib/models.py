@@ -207,7 +207,9 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
         gguf = embedded_gguf()
         return str(converted_folder(gguf) if convert else gguf)
     path = Path(name).expanduser()
-    if name.endswith(".gguf"):
+    if name in BUILTIN_MODELS:
+        return name  # a built-in name is never a path, whatever files the working folder holds
+    if name.lower().endswith(".gguf"):
         if not path.is_file():
             raise _not_found(name, f"model file {path} does not exist", key)
         with open(path, "rb") as f:
@@ -231,7 +233,7 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
         raise _not_found(name, f"model path {path} is a file but not a .gguf", key)
     if name.startswith((".", "/", "~")):  # clearly meant as a path, not a hub id
         raise _not_found(name, f"model path {path} does not exist", key)
-    if name not in BUILTIN_MODELS and "/" not in name:
+    if "/" not in name:
         # A bare word is a folder that is not here or a typo, not a hub id: the hub moved its
         # last org-less ids (gpt2, …) under organisations, so all that a bare word could reach is
         # a failed download, one per run, after the run folders are made.
@@ -241,7 +243,7 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
             f"a folder here, nor a hub id (org/name, e.g. {PAPER_MODEL})",
             key,
         )
-    if not convert and name not in BUILTIN_MODELS and not path.exists():
+    if not convert and not path.exists():
         check_hub(name, key)  # load's download answers the same question itself
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 

@@ -771,10 +771,11 @@ class Run:
         agrees = rows is not None and [r["step"] for r in kept] == self.schedule_to(keep)
         if agrees and copy is not None:  # the same lines as when the checkpoint was taken, to the byte
             agrees = "".join(json.dumps(r) + "\n" for r in kept) == copy
-        if step is None and rows:  # steps logged, none checkpointed: say they are redone, not only do it
+        if step is None and (rows is None or rows):  # logged, none checkpointed: say it is redone
             moved = self._quarantine([self.path / "metrics.jsonl", self.path / "samples.jsonl"])
+            logged = "metrics that do not parse" if rows is None else _steps_text([r["step"] for r in rows])
             warnings.warn(
-                f"{self.path} logged {_steps_text([r['step'] for r in rows])} but has no checkpoint "
+                f"{self.path} logged {logged} but has no checkpoint "
                 f"(one is written every train.checkpoint_every steps): training restarts at step 0 "
                 f"and redoes them (the old metrics and samples are kept in {moved}). A lower "
                 f"train.checkpoint_every loses fewer steps to a crash",
@@ -801,8 +802,6 @@ class Run:
                 RunStoreWarning,
                 stacklevel=2,
             )
-        elif step is None:
-            self._quarantine([self.path / "metrics.jsonl"])  # no checkpoint: nothing there is kept
         else:
             raise CorruptRunError(
                 f"{self.path / 'metrics.jsonl'} does not hold steps 0-{step} of checkpoint "

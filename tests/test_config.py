@@ -314,10 +314,15 @@ def test_a_left_out_model_is_recorded_as_the_model_that_will_train(monkeypatch):
 def test_an_override_error_blames_the_overrides_not_the_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("train: {steps: 2}\n")
+    with pytest.raises(ValueError, match=r"^the overrides on .*c.yaml: unknown .*train.stpes"):
+        config.load(path, ["train.stpes=3"])  # a key: checked alone, before any value
     with pytest.raises(
-        ValueError, match=r"^the overrides on .*c.yaml \(the file itself loads\): .*train.stpes"
+        ValueError, match=r"^the overrides on .*c.yaml \(the file itself loads\): train.steps"
     ):
-        config.load(path, ["train.stpes=3"])
+        config.load(path, ["train.steps=0"])  # a value the file did not give
+    path.write_text("rollout: {max_new_tokens: 9000}\n")  # loads only with a longer context
+    with pytest.raises(ValueError, match=r"^the overrides on .*c.yaml: unknown .*train.stpes"):
+        config.load(path, ["rollout.max_context_tokens=16384", "train.stpes=3"])
     path.write_text("train: {stpes: 2}\n")  # the file's own typo is still the file's
     with pytest.raises(ValueError, match=r"^/.*c.yaml: .*stpes"):
         config.load(path, ["train.steps=3"])
@@ -337,3 +342,11 @@ def test_one_entry_of_a_mapping_field_is_set_by_a_dotted_key():
         from_dict({"env": {"name": "bandit"}}, ["env.kwargs.a.b=1"])
     with pytest.raises(ValueError, match="did you mean train.steps"):
         from_dict({}, ["train.stpes.x=1"])
+    for both in (
+        ["env.kwargs.high_risk_p=0.3", "env.kwargs={shuffle: true}"],
+        ["env.kwargs={}", "env.kwargs.shuffle=true"],
+    ):
+        with pytest.raises(
+            ValueError, match=r"set env.kwargs and one of its entries"
+        ):  # one would drop the other
+            from_dict({"env": {"name": "bandit"}}, both)

@@ -400,7 +400,7 @@ def test_a_finished_run_whose_files_disagree_is_not_reused(tmp_path, capsys):
     assert f"python -m ragen_lib repair {broken}" in capsys.readouterr().out
 
 
-def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_error():
+def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_error(tmp_path):
     """papermill -p passes text; a key the grid varies would be silently ignored."""
     _, as_text = experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": 5}')
     _, as_dict = experiments.variants("03_uncertainty_filtering", "smoke", overrides={"train.steps": 5})
@@ -413,6 +413,16 @@ def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_erro
         experiments.variants("03_uncertainty_filtering", "smoke", overrides="[1, 2]")
     with pytest.raises(ValueError, match="overrides, line 1"):
         experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": ')
+    grid = tmp_path / "kw.yaml"  # a grid varying a mapping: an override of one entry is a clash too
+    grid.write_text(
+        "base: {env.name: bandit}\ngrid:\n  env.kwargs: [{high_risk_p: 0.2}, {high_risk_p: 0.5}]\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"env.kwargs.high_risk_p, which kw.yaml varies per run \(env.kwargs: "
+    ):
+        experiments.variants(grid, "smoke", overrides={"env.kwargs.high_risk_p": 0.4})
+    _, kept = experiments.variants(grid, "smoke", overrides={"rollout.max_turns": 1})
+    assert [c.env.kwargs["high_risk_p"] for c, _ in kept] == [0.2, 0.5]
 
 
 NOTEBOOK_PARAMETERS = "profile = None  # smoke | quick | paper\nseeds = None\noverrides = {}\n"

@@ -61,8 +61,11 @@ def test_another_config_in_the_folder_is_refused_without_advising_deletion(tmp_p
     with pytest.raises(CorruptRunError, match="holds the run of another config") as e:
         Run(tmp_path / "r", seed(1))
     assert "delete" not in str(e.value)
-    with pytest.raises(FileNotFoundError, match="not a run folder"):
+    with pytest.raises(FileNotFoundError, match="elsewhere does not exist"):
         Run(tmp_path / "elsewhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty is not a run folder"):
+        Run(tmp_path / "empty")
 
 
 def test_log_round_trip_no_duplicates_no_gaps(tmp_path):
@@ -166,6 +169,15 @@ def test_resume_before_the_first_checkpoint_says_the_logged_steps_are_redone(tmp
         assert again.samples() == []
         assert list((run.path / "quarantine").rglob("metrics.jsonl"))  # kept, not deleted
         assert list((run.path / "quarantine").rglob("samples.jsonl"))
+    run = trained(tmp_path / "torn", 1)  # the same with a line that does not parse: samples kept too
+    run.close()
+    lines = (run.path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run.path / "metrics.jsonl").write_text("garbage\n" + "".join(lines[1:]))
+    with Run(run.path, CFG) as again:
+        with pytest.warns(RunStoreWarning, match="logged metrics that do not parse but has no checkpoint"):
+            assert again.resume() == (None, None)
+        assert steps_of(again) == [] and again.samples() == []
+        assert list((run.path / "quarantine").rglob("samples.jsonl"))  # was rewritten to nothing
     fresh = Run(tmp_path / "fresh", CFG)  # nothing logged: nothing to say
     with warnings.catch_warnings():
         warnings.simplefilter("error")
