@@ -823,8 +823,14 @@ class Run:
             _atomic_write(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
 
     def _quarantine(self, files: list[Path]) -> Path:
-        """Move files into quarantine/<time>/ (results are never deleted); returns that folder."""
-        box = self.path / QUARANTINE / time.strftime("%Y%m%d-%H%M%S")
+        """Move files into quarantine/<time>/ (results are never deleted); returns that folder. A
+        second move of a file of the same name within the same second goes to <time>-2/, … (a resume
+        and a repair a moment apart would otherwise replace the first copy)."""
+        stamp, n = time.strftime("%Y%m%d-%H%M%S"), 1
+        box = self.path / QUARANTINE / stamp
+        while any((box / f.relative_to(self.path)).exists() for f in files if f.exists()):
+            n += 1
+            box = self.path / QUARANTINE / f"{stamp}-{n}"
         for f in files:
             if f.exists():
                 box.mkdir(parents=True, exist_ok=True)

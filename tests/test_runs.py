@@ -185,6 +185,24 @@ def test_resume_before_the_first_checkpoint_says_the_logged_steps_are_redone(tmp
     fresh.close()
 
 
+def test_two_quarantines_of_one_file_in_the_same_second_keep_both(tmp_path, monkeypatch):
+    """The quarantine folder is named to the second: a second move of metrics.jsonl within it (a
+    resume, then a repair) replaced the first copy, the one thing quarantine promises to keep."""
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt: "20261127-230000")  # one second, frozen
+    run = Run(tmp_path / "r", CFG)
+    for text in ("first\n", "second\n", "third\n"):
+        (run.path / "metrics.jsonl").write_text(text)
+        run._quarantine([run.path / "metrics.jsonl"])
+    kept = sorted(f.read_text() for f in (run.path / "quarantine").rglob("metrics.jsonl"))
+    assert kept == ["first\n", "second\n", "third\n"]
+    assert sorted(p.name for p in (run.path / "quarantine").iterdir()) == [
+        "20261127-230000",
+        "20261127-230000-2",
+        "20261127-230000-3",
+    ]
+    run.close()
+
+
 # --- corruptions: each was accepted silently before (issue 13) --------------------------------------
 def cut_last_line(path):
     lines = (path / "metrics.jsonl").read_text().splitlines(keepends=True)
