@@ -673,11 +673,11 @@ def load(path: str | Path, overrides: dict | list[str] | None = None) -> Config:
         raise FileNotFoundError(f"config file {path} does not exist")
     data = read_yaml(path)
     if isinstance(data, dict) and data and set(data) <= {"base", "grid", "extra"}:
+        nb = path.stem[:2] if path.stem[:2].isdigit() else "NN"
         raise ValueError(
             f"{path} is a notebook's grid file (base, grid), not one run's config: its runs train "
-            f"from the notebook or `make replicate NB={path.stem[:2] if path.stem[:2].isdigit() else 'NN'}`; "
-            "for one of them, give a "
-            "config with sections model/env/rollout/algo/train and the grid point as --set keys"
+            f"from the notebook or `make replicate NB={nb}`; for one of them, give a config with "
+            "sections model/env/rollout/algo/train and the grid point as --set keys"
         )
     if isinstance(data, dict) and data and set(data) <= {"smoke", "quick", "paper"}:
         raise ValueError(

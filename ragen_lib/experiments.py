@@ -253,7 +253,8 @@ def variants(
     variants_ = points(grid) + list(spec.get("extra") or [])
     varied = {k for point in variants_ for k in point if "." in k} | {"train.seed"}
     field = lambda key: ".".join(key.split(".")[:2])  # noqa: E731  (env.kwargs.x is part of env.kwargs)
-    clash = sorted(k for k in overrides if field(k) in {field(v) for v in varied})
+    varied_fields = {field(v) for v in varied}
+    clash = sorted(k for k in overrides if field(k) in varied_fields)
     if clash:
         values = [
             f"{v}: " + ", ".join(sorted({str(p[v]) for p in variants_ if v in p}))

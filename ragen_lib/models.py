@@ -206,9 +206,9 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
     if name == EMBEDDED:
         gguf = embedded_gguf()
         return str(converted_folder(gguf) if convert else gguf)
-    path = Path(name).expanduser()
     if name in BUILTIN_MODELS:
         return name  # a built-in name is never a path, whatever files the working folder holds
+    path = Path(name).expanduser()
     if name.lower().endswith(".gguf"):
         if not path.is_file():
             raise _not_found(name, f"model file {path} does not exist", key)
