@@ -311,8 +311,15 @@ def collect(
         if episodes[i].step(text, cut=cut) is None:
             return False
         suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
-        tracks[i].extend(_encode(tokenizer, suffix + episodes[i].prefill), generated=False)
-        return fits(i)
+        ids = _encode(tokenizer, suffix + episodes[i].prefill)
+        if len(tracks[i].ids) + len(ids) + max_new > cfg.max_context_tokens:
+            # The next turn would not fit: the episode ends here, and its next observation, never
+            # played, stays out of the trained ids (RAGEN drops the n+1 state before an update),
+            # else the paper mask would train on it with return 0 after the reward token.
+            episodes[i].truncated = True
+            return False
+        tracks[i].extend(ids, generated=False)
+        return True
 
     longest = max(len(t.ids) for t in tracks)
     if longest + max_new > cfg.max_context_tokens:  # else an episode ends with no turn, yet trains

@@ -190,6 +190,25 @@ def test_a_first_prompt_that_leaves_no_room_for_a_turn_is_an_error_not_an_empty_
         collect(model, tok, "sokoban", seeds=[3], group_size=2, cfg=cfg, sample_seed=0)
 
 
+@pytest.mark.parametrize("batching", ["turn", "continuous"])
+def test_an_episode_ended_by_the_context_cap_trains_no_observation_after_its_last_answer(tiny, batching):
+    """The cap ends an episode when its next prompt would not leave room for a turn. That next
+    observation was appended first and kept: under the paper mask 100+ Sokoban tokens after the
+    reward token, trained with return 0. RAGEN drops the unplayed n+1 state before an update."""
+    model, tok = tiny
+    first = collect(model, tok, "sokoban", [3], 1, RolloutConfig(max_new_tokens=8, max_turns=1))
+    room = first.input_ids.shape[1] + 20  # one 8-token turn fits, the next observation does not
+    cfg = RolloutConfig(max_new_tokens=8, max_turns=5, max_context_tokens=room, batching=batching)
+    batch = collect(model, tok, "sokoban", seeds=[3], group_size=2, cfg=cfg, sample_seed=0)
+    for b in range(2):
+        assert batch.truncated[b] and batch.num_turns[b] == 1
+        n = int(batch.attention_mask[b].sum())
+        last = int(batch.loss_mask[b].nonzero().max())
+        assert last == n - 1  # the ids end with the last generated token
+        assert int(batch.context_mask[b].nonzero().max()) == last
+        assert tok.decode(batch.input_ids[b, :n][batch.loss_mask[b, :n].bool()]) == batch.responses[b][0]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
