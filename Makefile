@@ -156,7 +156,10 @@ replicate: $(STAMP)
 report: $(STAMP)
 	$(PY) -m ragen_lib report $(PROFILE)
 
+# JupyterLab is the `lab` extra, installed here on first use: the test suite and the headless
+# replication (papermill) do not need it, so `make test` and CI never download it.
 lab: $(STAMP)
+	$(PY) -c "import jupyterlab" 2>/dev/null || $(PIP) install -q -e ".[lab]"
 	$(BIN)/jupytext --sync notebooks/*.py && $(BIN)/jupyter lab notebooks
 
 clean-venv:

@@ -133,7 +133,10 @@ def _warmup(args) -> int:
 
     cfg = _load_config(args.config, args.set)
     if cfg.train.warmup == "none":
-        raise SystemExit("train.warmup is none: pass --set train.warmup=self (or expert)")
+        raise ConfigError(
+            "train.warmup is none, so there is no warm-up to run: pass --set train.warmup=format (or "
+            "expert; self needs valid answers to start from, and found none in 6 x 32 Bandit samples)"
+        )
     t0 = time.perf_counter()
     policy, tok = models.load(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype)
     device = str(next(policy.parameters()).device)
@@ -217,6 +220,14 @@ def _plot(args) -> int:
 
     from ragen_lib import plots, runs
 
+    if args.png:  # before loading and drawing: matplotlib refuses an unknown suffix only at the end
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = FigureCanvasBase.get_supported_filetypes()
+        if Path(args.png).suffix.lstrip(".").lower() not in kinds:
+            raise ConfigError(
+                f"--png {args.png}: its suffix names the format; use one of .{', .'.join(sorted(kinds))}"
+            )
     df = runs.load(args.root, args.finding)
     if df.empty:
         store = Path(args.root) / "runs"
@@ -352,6 +363,19 @@ def _at_least(low):
     return parse
 
 
+def _override(text: str) -> str:
+    """One --set item. `--set` takes every word after it, so a config given after it lands here:
+    argparse would then say only that the config is missing."""
+    if "=" not in text:
+        where = (
+            ": put the config before --set (it takes every word after it)"
+            if text.lower().endswith((".yaml", ".yml"))
+            else ", e.g. algo.clip_high=0.28"
+        )
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE{where}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lib")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -367,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--set",
         nargs="*",
+        type=_override,
         default=[],
         metavar="KEY=VALUE",
         help="dotted overrides, e.g. --set algo.name=apo train.steps=20",
@@ -393,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         "warmup", help="run only a config's format warm-up; print the format-valid rate before and after"
     )
     warm.add_argument("config", nargs="?", default=None, help="YAML config (default: all defaults)")
-    warm.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides")
+    warm.add_argument(
+        "--set", nargs="*", type=_override, default=[], metavar="KEY=VALUE", help="dotted overrides"
+    )
     plot = sub.add_parser("plot", help="curves and a first/last summary of the runs in a run store")
     plot.add_argument("root", help="the --out of `run` (holds runs/<finding>/)")
     plot.add_argument("--finding", type=_folder_name, default="adhoc", help="sub-folder of <root>/runs/")
@@ -473,6 +500,15 @@ def main(argv: list[str] | None = None) -> int:
         return commands[args.command](args)
     except _user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError) as e:
+        # A path given as --out, RAGEN_OUTPUTS or RAGEN_CACHE that names a file where a folder goes
+        # (or a folder that cannot be written): the path is the fix, not the traceback.
+        print(
+            f"error: {e}: a folder is needed there (is --out, RAGEN_OUTPUTS or RAGEN_CACHE a file, or "
+            "not writable?)",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -743,7 +743,12 @@ def read_yaml(path: str | Path, text: str | None = None):
     """Parse a YAML file (or `text`, reported as `path`) strictly. A syntax error or a duplicated key
     raises ValueError naming the file, line and column."""
     if text is None:
-        text = Path(path).read_text()
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path} is not UTF-8 text (a binary file, or another encoding?): {e.reason}"
+            ) from None
     try:
         return yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as e:

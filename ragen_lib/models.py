@@ -217,6 +217,7 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
         if magic != b"GGUF":  # else the conversion fails deep in gguf/transformers, once per run
             what = "is empty" if not magic else f"starts with {magic!r}, not GGUF's magic b'GGUF'"
             raise _not_found(name, f"model file {path} {what} (a cut download, or another format?)", key)
+        _check_gguf_tensors(path, name, key)
         return str(converted_folder(path) if convert else path)
     if path.is_dir():
         if not (path / "config.json").exists():
@@ -246,6 +247,23 @@ def resolve(name: str, *, convert: bool = True, key: str = "model.name") -> str:
     if not convert and not path.exists():
         check_hub(name, key)  # load's download answers the same question itself
     return name  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
+
+
+def _check_gguf_tensors(path: Path, name: str, key: str) -> None:
+    """Read the GGUF's header and tensor table (memory-mapped: no weight is decoded): a file cut
+    after its magic bytes fails here as one error, not as a reshape traceback from the conversion
+    after the run folder is made."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(path)
+    except Exception as e:  # the reader's own: a reshape or index past the end of a cut file
+        raise _not_found(
+            name,
+            f"model file {path} ({path.stat().st_size:,} bytes) is not a whole GGUF file "
+            f"({type(e).__name__}: {str(e)[:120]}): a cut download? copy it again",
+            key,
+        ) from None
 
 
 FOLDER_FILES = {

@@ -21,6 +21,11 @@
 # (gpu-check's cap, 240; 0 skips it),
 # RESERVE_S (what gpu-check leaves for the rest, 120).
 set -u
+if [ $# -ne 3 ]; then  # else bash's "$1: unbound variable" is all one sees
+  sed -n 4,9p "$0" | sed 's/^# \{0,1\}//' >&2
+  echo "error: give BUNDLE BUDGET_S OUTDIR (got $# argument(s))" >&2
+  exit 2
+fi
 bundle=$1 budget=$2 out=$3
 t0=$(date +%s)
 PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}

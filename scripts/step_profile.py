@@ -159,7 +159,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    cfg, which = source_config(args.source)
+    try:
+        cfg, which = source_config(args.source)
+    except (ValueError, FileNotFoundError) as e:  # a profile or finding misspelt, a config not there
+        ap.error(f"source {args.source!r}: {e}")
     base = {"train.steps": args.steps, "train.val_every": 0, "train.warmup": "none", "train.samples_every": 0}
     cfg = config.from_dict(with_overrides(cfg, base).to_dict(), args.set)  # --set last: it wins
     if args.set:  # e.g. env.name=sokoban: the line names the run that is timed

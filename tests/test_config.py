@@ -350,3 +350,49 @@ def test_one_entry_of_a_mapping_field_is_set_by_a_dotted_key():
             ValueError, match=r"set env.kwargs and one of its entries"
         ):  # one would drop the other
             from_dict({"env": {"name": "bandit"}}, both)
+
+
+# ---- the command line's bad input: one line naming the fix, exit 2, before any model loads ----
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # --set takes every word after it: the config given after it used to read as "required: config"
+        (["run", "--set", "train.steps=1", "params/examples/bandit_ppo.yaml"],
+         "'params/examples/bandit_ppo.yaml' is not KEY=VALUE: put the config before --set"),
+        (["warmup", "--set", "train.warmup=format", "cfg.yml"],
+         "'cfg.yml' is not KEY=VALUE: put the config before"),
+        (["run", "params/examples/bandit_ppo.yaml", "--set", "train.steps"],
+         "'train.steps' is not KEY=VALUE, e.g. algo.clip_high=0.28"),
+    ],
+)  # fmt: skip
+def test_a_set_item_without_a_value_is_refused_and_a_config_after_set_says_where_it_goes(
+    argv, message, capsys
+):
+    from ragen_lib.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_command_line_paths_and_files_that_cannot_work_are_one_line_each(tmp_path, capsys, monkeypatch):
+    from ragen_lib import models
+    from ragen_lib.__main__ import main
+
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded"))
+    # a binary or non-UTF-8 config: the decoder's message alone did not name the file
+    (binary := tmp_path / "bin.yaml").write_bytes(b"\xff\xfe garbage")
+    assert main(["run", str(binary)]) == 2
+    assert f"{binary} is not UTF-8 text" in capsys.readouterr().err
+    # --out naming a file: was a NotADirectoryError traceback
+    (a_file := tmp_path / "file").write_text("")
+    over = ["--set", "model.name=tiny-random", "train.steps=1"]
+    assert main(["run", "params/examples/bandit_ppo.yaml", "--out", str(a_file), "--quiet", *over]) == 2
+    assert (
+        "a folder is needed there (is --out, RAGEN_OUTPUTS or RAGEN_CACHE a file" in capsys.readouterr().err
+    )
+    # --png with a suffix matplotlib cannot write: was its ValueError after loading and drawing
+    assert main(["plot", str(tmp_path), "--png", "fig.pgn"]) == 2
+    assert "--png fig.pgn: its suffix names the format; use one of .avif" in capsys.readouterr().err

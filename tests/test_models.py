@@ -197,7 +197,17 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
     with pytest.raises(models.ModelNotFound, match=r"starts with b'<htm', not GGUF's magic"):
         models.check(gone)
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
-    models.check(gone)  # found: nothing is loaded or converted (these 4 bytes would not convert)
+    with pytest.raises(models.ModelNotFound, match=r"\(4 bytes\) is not a whole GGUF file"):
+        models.check(gone)
+    # Cut after its magic bytes, the file passed the check and failed in the conversion with a
+    # reshape traceback, after the run folder was made.
+    with open(models.embedded_gguf(), "rb") as f:
+        (tmp_path / "model.gguf").write_bytes(f.read(5_000_000))
+    with pytest.raises(
+        models.ModelNotFound, match=r"\(5,000,000 bytes\) is not a whole GGUF file .*cut download"
+    ):
+        models.check(gone)
+    models.check(str(models.embedded_gguf()))  # a whole file: found, nothing loaded or converted
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "config.json").write_text("{}")  # failed in the tokenizer, once per run
