@@ -208,6 +208,7 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
     ):
         models.check(gone)
     models.check(str(models.embedded_gguf()))  # a whole file: found, nothing loaded or converted
+    models._check_gguf_tensors(models.embedded_gguf(), "m", "model.name")  # read even when converted
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "config.json").write_text("{}")  # failed in the tokenizer, once per run
