@@ -34,7 +34,8 @@ overrides = {}  # dotted config overrides applied to every run
 # indicator "drops" where its 5-step moving average falls below half that average's maximum over the
 # first third of the run and stays there for 5 steps (`analysis.drop_step`: smoothed and held as the
 # collapse is, since one step's reward std is noisy); its lead is collapse − drop (0 when it never
-# dropped). One row per run and indicator (in-group reward std, entropy): the lead is positive over
+# dropped; a run whose indicator cannot be read, not logged or flat at 0 early, is left out, named).
+# One row per run and indicator (in-group reward std, entropy): the lead is positive over
 # seeds (MDE 2 steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with
 # fewer than 3 seeds that did; a run that did not collapse has no lead and is left out, named in the
 # row's reason.

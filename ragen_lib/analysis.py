@@ -36,7 +36,8 @@ How a row is decided, in this order (the first that applies wins):
    decision rests on an assumed collapse step.
 6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
    0.5^n >= alpha; or, for success rates, a predicted 95% CI half-width from episode sampling alone
-   (p = 0.5) wider than the MDE.
+   (p = 0.5) wider than the MDE (validation states counted once a seed, however often the late
+   validations replay them).
    INCONCLUSIVE "no spread" (scores other than collapse and lead): every seed of both arms (of a
    one-arm claim: arm a, and the 0 it is tested against) scored exactly the same value, as a metric
    pinned at a bound does (reasoning length 0 in both arms): the seeds' t interval would be zero
@@ -52,7 +53,11 @@ How a row is decided, in this order (the first that applies wins):
    test's p < alpha; NOT REPRODUCED when the CI's high end is below the MDE (below −margin for
    non-inferiority: the effect the study could see is excluded); INCONCLUSIVE otherwise, saying
    whether the CI spans 0 and the MDE or the sign test disagreed with a CI above 0 (its p, or arms
-   that ran different seeds and so have no pairs). A row with censored runs names them.
+   that ran different seeds and so have no pairs; a CI above 0 the sign test does not back is
+   INCONCLUSIVE even where its high end is under the MDE). A row with censored runs names them.
+   A seed an arm could not score (its metric not logged, too few points for a slope, a lead's
+   indicator unreadable: `unreadable_drop`) is left out and named, from both arms where they ran
+   the same seeds, so the comparison stays paired.
 """
 
 from __future__ import annotations
@@ -134,12 +139,31 @@ def drop_step(values: pd.Series, frac: float = 0.5) -> int | None:
     step 3 in every simulated stationary run (300 runs of 150 steps), a "warning" any later collapse
     would score as a long lead; smoothed and sustained, 0.3% of those runs dropped before step 100,
     while a real fall (success 0.5 -> 0.05 at step 60) was found in all, at step 63."""
-    v = values.dropna().sort_index()
-    if len(v) < COLLAPSE_WINDOW + COLLAPSE_PERSIST - 1:
+    if unreadable_drop(values):
         return None
+    v = values.dropna().sort_index()
     ma = v.rolling(COLLAPSE_WINDOW).mean()
     ref = ma.iloc[: max(COLLAPSE_WINDOW, len(v) // 3)].max()
-    return _first_sustained(ma < frac * ref, COLLAPSE_PERSIST) if ref > 0 else None
+    return _first_sustained(ma < frac * ref, COLLAPSE_PERSIST)
+
+
+def unreadable_drop(values: pd.Series) -> str | None:
+    """Why `drop_step` cannot read a drop in `values`, or None when it can (and then its None means
+    the indicator never dropped: a lead of 0). Scored as 0, an unreadable indicator (not logged in
+    this run, too short, or flat at 0 early, with nothing to fall from) read as "no warning"."""
+    v = values.dropna().sort_index()
+    need = COLLAPSE_WINDOW + COLLAPSE_PERSIST - 1
+    if v.empty:
+        return "not logged"
+    if len(v) < need:
+        return f"{len(v)} logged point(s), fewer than the {need} a held drop needs"
+    ma = v.rolling(COLLAPSE_WINDOW).mean()
+    if not ma.iloc[: max(COLLAPSE_WINDOW, len(v) // 3)].max() > 0:
+        return (
+            f"its {COLLAPSE_WINDOW}-step average never rose above 0 in the first third of the run: "
+            "no early level to fall from"
+        )
+    return None
 
 
 def success_metric(df: pd.DataFrame) -> str:
@@ -381,7 +405,16 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
     first = part.iloc[0]
     if metric.startswith("val/"):
         return int(first.get("cfg.train.val_size", 1) or 1)
-    return int((first.get("cfg.train.groups", 1) or 1) * (first.get("cfg.train.group_size", 1) or 1))
+    return int(
+        (first.get("cfg.train.groups", 1) or 1)
+        * (first.get("cfg.train.group_size", 1) or 1)
+        * (first.get("cfg.train.online_k", 1) or 1)
+    )
+
+
+def _online_k(df: pd.DataFrame) -> pd.Series | int:
+    """Each row's train.online_k (1 where a run's config predates it)."""
+    return df["cfg.train.online_k"].fillna(1) if "cfg.train.online_k" in df else 1
 
 
 def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
@@ -396,6 +429,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
         horizon = int(part["step"].max()) + 1
         points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
+        why = ""  # why a score is NaN, where the reason is not simply an unlogged metric
         if claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
             step = collapse(v, fmt, episodes=_n_eval(part, "rollout/success"))
@@ -414,8 +448,10 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
             least = float(logged[max(0, len(logged) - COLLAPSE_PERSIST + 1)]) if censored else score
             if claim.score == "lead":
                 ind = part.set_index("step")[claim.indicator] if claim.indicator in part else pd.Series([])
+                unread = None if censored else unreadable_drop(ind)
+                why = f"{claim.indicator} {unread}" if unread else ""
                 drop = drop_step(ind)
-                score = float("nan") if censored else float(step - drop if drop is not None else 0)
+                score = float("nan") if censored or unread else float(step - drop if drop is not None else 0)
         elif v.empty:
             score = float("nan")
         elif claim.score == "late":
@@ -443,9 +479,13 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
                 "least": least,
                 "horizon": horizon,
                 "peak": float(peak) if peak > -math.inf else float("nan"),
+                "why": ""
+                if score == score
+                else why
+                or (f"no {claim.metric} logged" if v.empty else f"no {claim.score} of {claim.metric}"),
             }
         )
-    columns = ["seed", "score", "points", "n", "censored", "least", "horizon", "peak"]
+    columns = ["seed", "score", "points", "n", "censored", "least", "horizon", "peak", "why"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -594,7 +634,8 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
     if mechanism == "filter":
         if "rollout/kept" not in df:
             return "no rollout/kept logged"
-        total = df["cfg.train.groups"] * df["cfg.train.group_size"]
+        # a step plays online_k × P × N episodes (each rollout feeds online_k updates), all filtered
+        total = df["cfg.train.groups"] * df["cfg.train.group_size"] * _online_k(df)
         if (df["rollout/kept"].dropna() >= total.loc[df["rollout/kept"].dropna().index]).all():
             return "the filter kept every episode"
         return None
@@ -692,7 +733,7 @@ def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     ]
 
 
-def _design(part: pd.DataFrame) -> dict:
+def _design(part: pd.DataFrame, metric: str) -> dict:
     def one(col):
         vals = (
             [v.item() if hasattr(v, "item") else v for v in part[col].dropna().unique()]
@@ -707,7 +748,10 @@ def _design(part: pd.DataFrame) -> dict:
         "seeds": sorted(int(s) for s in part["cfg.train.seed"].unique()) if "cfg.train.seed" in part else [],
         "steps": int(part["step"].max()) + 1 if len(part) else None,
         "val_size": one("cfg.train.val_size"),
-        "temperature": one("cfg.rollout.temperature"),
+        # the temperature the judged episodes were sampled at: validation's own for a val/ metric
+        "temperature": one(
+            "cfg.train.val_temperature" if metric.startswith("val/") else "cfg.rollout.temperature"
+        ),
         # every model the rows trained (a config written before it was recorded: "not recorded")
         "models": sorted(part["cfg.model.name"].fillna(UNRECORDED_MODEL).astype(str).unique())
         if "cfg.model.name" in part
@@ -729,7 +773,7 @@ def judge(
     `claim.env` with `reference`; None skips the check. See the module docstring for the order."""
     A = _select(df, a)
     B = A if b is None else _select(df, b)  # one arm: its score against 0
-    d = _design(pd.concat([A, B]))
+    d = _design(pd.concat([A, B]), claim.metric)
     row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
     row.power = power_statement(claim, A, B)
     if "judged" in df and len(A) and len(B) and not (A["judged"].all() and B["judged"].all()):
@@ -779,14 +823,11 @@ def judge(
         return replace(row, reason=f"censored: no run collapsed within {int(sa['horizon'].max())} steps")
     # A lead exists only where the run collapsed: censored seeds have none and are left out (named).
     no_lead = sorted(int(x) for x in sa.loc[sa["censored"], "seed"]) if claim.score == "lead" else []
-    sa = sa.dropna(subset=["score"])
-    sb = (
-        sa.assign(score=0.0, points=[np.array([])] * len(sa), censored=False, least=0.0)
-        if b is None
-        else seed_scores(B, claim).dropna(subset=["score"])
-    )
+    sa, sb, unscored = _drop_unscored(sa, None if b is None else seed_scores(B, claim), claim)
+    if b is None:
+        sb = sa.assign(score=0.0, points=[np.array([])] * len(sa), censored=False, least=0.0)
     if sa.empty or sb.empty:
-        return replace(row, reason="no scores")
+        return replace(row, reason=f"no scores{unscored}")
     # Each arm against its own floor and ceiling: arms that differ in their action budget differ in
     # what random play and the expert reach.
     fa = arm_reference(A, claim.env) if floor_ceiling == "env" else floor_ceiling
@@ -833,22 +874,54 @@ def judge(
         note = f"; seeds {no_lead} did not collapse within {int(sa['horizon'].max())} steps: no lead there"
     elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
         note += "; " + _censored_note(sa, sb)
+    note += unscored
     short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
     if short:
         return replace(row, reason=f"under-powered: {short}{note}")
     scores = pd.concat([sa["score"], sb["score"]])
     if claim.score not in ("collapse", "lead") and scores.nunique() == 1:
+        # A lead of 0 in every seed is a measured result (the indicator never fell in any run that
+        # collapsed; `unreadable_drop` keeps indicators it cannot read out), not a pinned metric.
         who = "both arms" if b is not None else "arm a and the 0 it is tested against"
         return replace(
             row,
             reason=f"no spread: every seed of {who} scored exactly {_fmt(float(scores.iloc[0]))} "
-            f"({claim.score} {claim.metric}): the metric sat at one value, so nothing tells the arms apart",
+            f"({claim.score} {claim.metric}): the metric sat at one value, so nothing tells the arms "
+            f"apart{note}",
         )
     row.ci = (
         censored_ci(sa, sb, claim, paired) if claim.score == "collapse" else effect_ci(sa, sb, claim, paired)
     )
     status, reason = _decision(row.ci, sa, sb, claim, paired)
     return replace(row, status=status, reason=reason + note)
+
+
+def _drop_unscored(
+    sa: pd.DataFrame, sb: pd.DataFrame | None, claim: Claim
+) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
+    """Leave out the seeds an arm could not score (the metric not logged in that run, too few
+    points for a slope, a lead's indicator unreadable), and name them with why: dropped silently,
+    a seed vanished from the comparison while the design still listed it, and a paired design
+    quietly became Welch's. Arms on the same seeds lose the seed in both, so the pairs stay.
+    A lead's censored seeds (no collapse, no lead) are named apart, by the caller."""
+
+    def lost(s: pd.DataFrame) -> dict[int, str]:
+        gone = s["score"].isna() & ~s["censored"] if claim.score == "lead" else s["score"].isna()
+        return {int(r.seed): r.why for r in s[gone].itertuples()}
+
+    la, lb = lost(sa), {} if sb is None else lost(sb)
+    sa, sb = sa.dropna(subset=["score"]), None if sb is None else sb.dropna(subset=["score"])
+    if not la and not lb:
+        return sa, sb, ""
+    same = sb is not None and set(sa["seed"]) | set(la) == set(sb["seed"]) | set(lb)
+    if same:
+        out = set(la) | set(lb)
+        sa, sb = sa[~sa["seed"].isin(out)], sb[~sb["seed"].isin(out)]
+    who = "; ".join(
+        f"{arm} seed {seed}: {why}" for arm, g in (("a", la), ("b", lb)) for seed, why in g.items()
+    )
+    both = f"seeds {sorted(set(la) | set(lb))} left out of both arms" if same else "left out"
+    return sa, sb, f"; unscored ({who}): {both}"
 
 
 def effect_ci(sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool) -> tuple[float, float]:
@@ -936,11 +1009,8 @@ def _decision(ci: tuple[float, float], sa: pd.DataFrame, sb: pd.DataFrame, claim
     if lo > 0 and sign_ok:
         extra = f", sign test p {p:.3g}" if paired else ""
         return REPRODUCED, f"CI above 0{extra}"
-    if hi < claim.mde:
-        return (
-            NOT_REPRODUCED,
-            f"CI high {hi:+.3g} below the MDE {claim.mde:g}: the claimed effect is excluded",
-        )
+    # Before the MDE test: a CI above 0 that the sign test does not back is no decision either way,
+    # where a small effect's CI (above 0, high end under the MDE) would otherwise read NOT REPRODUCED.
     if lo > 0:  # the CI alone would reproduce it; the claim's sign test did not agree
         if not paired:
             return INCONCLUSIVE, (
@@ -950,6 +1020,11 @@ def _decision(ci: tuple[float, float], sa: pd.DataFrame, sb: pd.DataFrame, claim
         return INCONCLUSIVE, (
             f"CI above 0, but sign test p {p:.3g} >= alpha {claim.alpha:g} "
             f"({favour} of {untied} untied seeds favour a)"
+        )
+    if hi < claim.mde:
+        return (
+            NOT_REPRODUCED,
+            f"CI high {hi:+.3g} below the MDE {claim.mde:g}: the claimed effect is excluded",
         )
     return INCONCLUSIVE, f"CI [{lo:+.3g}, {hi:+.3g}] covers both 0 and the MDE {claim.mde:g}"
 
@@ -961,7 +1036,10 @@ def underpowered(claim: Claim, n_seeds: int, points: pd.DataFrame | None = None)
     if claim.test == "sign" and 0.5**n_seeds >= claim.alpha:
         return f"a sign test over {n_seeds} seeds cannot reach p < {claim.alpha:g} (min p {0.5**n_seeds:.3g})"
     if _is_rate(claim) and points is not None and len(points):
-        episodes = float(sum(len(r["points"]) * r["n"] for _, r in points.iterrows()))
+        # Each validation replays the same val_size states, so a seed's late validations are n
+        # episodes' worth of states, not n per point: states, not replays, set the CI's floor.
+        val = claim.metric.startswith("val/")
+        episodes = float(sum((1 if val else len(r["points"])) * r["n"] for _, r in points.iterrows()))
         half = 1.96 * math.sqrt(2 * 0.25 / max(episodes, 1))
         if half > claim.mde:
             return (

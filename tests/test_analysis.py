@@ -112,6 +112,7 @@ def runs_df(arms: dict, *, seeds=(0, 1, 2, 3, 4), steps=30, val_size=128, **cols
                         "cfg.train.groups": 8,
                         "cfg.train.group_size": 8,
                         "cfg.rollout.temperature": 1.0,
+                        "cfg.train.val_temperature": 0.5,
                         "policy/clip_frac_low": 0.05,
                         "policy/clip_frac_high": 0.05,
                         "policy/optimizer_steps": 4,
@@ -225,22 +226,23 @@ def test_clear_effect_in_five_of_five_seeds_is_reproduced():
     assert row.status == analysis.REPRODUCED, row
     assert row.effect == pytest.approx(0.42)
     assert 0 < row.ci[0] < 0.42 < row.ci[1]
-    assert row.seeds == [0, 1, 2, 3, 4] and row.steps == 30 and row.val_size == 128 and row.temperature == 1.0
-    assert "seeds [0, 1, 2, 3, 4], steps 30, validation states 128, temperature 1" in str(row)
+    assert row.seeds == [0, 1, 2, 3, 4] and row.steps == 30 and row.val_size == 128 and row.temperature == 0.5
+    # validation's own temperature (train.val_temperature), not the rollouts'
+    assert "seeds [0, 1, 2, 3, 4], steps 30, validation states 128, temperature 0.5" in str(row)
     assert "a sign test can reach p < 0.05" in row.power
 
 
 def test_every_verdict_row_names_the_model_its_runs_trained_and_whether_it_is_the_papers():
     df = runs_df({"a": 0.7, "b": 0.3}, **{"cfg.model.name": "smollm2-135m-instruct"})
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert "temperature 1, model smollm2-135m-instruct (not the paper's Qwen2.5-0.5B-Instruct)" in str(row)
+    assert "temperature 0.5, model smollm2-135m-instruct (not the paper's Qwen2.5-0.5B-Instruct)" in str(row)
     df["cfg.model.name"] = "Qwen/Qwen2.5-0.5B-Instruct"
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert (
         str(row)
         .split("design: ")[1]
         .startswith(
-            "seeds [0, 1, 2, 3, 4], steps 30, validation states 128, temperature 1, model "
+            "seeds [0, 1, 2, 3, 4], steps 30, validation states 128, temperature 0.5, model "
             "Qwen/Qwen2.5-0.5B-Instruct;"
         )
     )
@@ -592,8 +594,13 @@ def test_a_kl_too_small_to_move_the_returns_did_not_act():
 def test_a_design_the_arms_do_not_share_prints_every_value():
     df = runs_df({"a": 0.9, "b": 0.1})
     df.loc[df["arm"] == "b", "cfg.train.val_size"] = 256
+    df.loc[df["arm"] == "b", "cfg.train.val_temperature"] = 1.0
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert "validation states 128 / 256, temperature 1" in analysis.design(row)
+    assert "validation states 128 / 256, temperature 0.5 / 1" in analysis.design(row)
+    # a training metric's design names the rollouts' temperature
+    train = analysis.Claim("late-train", "a beats b", "rollout/success", mde=0.1)
+    row = analysis.judge(df, train, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert analysis.design(row).endswith("temperature 1")
 
 
 def test_one_seed_is_under_powered_even_with_a_large_effect():
@@ -898,3 +905,90 @@ def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
     )
     row = analysis.judge(df, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.reason == "mechanism did not act (think, arm a): no reasoning/length logged"
+
+
+def test_a_lead_whose_indicator_cannot_be_read_is_left_out_and_named_not_scored_0():
+    """Success falls at step 10 in every seed and the std at step 6 (a lead of 3) in seeds 0-2.
+    Seed 3 logged no std and seed 4's std sat at 0 over the first third: neither can say whether
+    the std warned, yet both used to score a lead of 0 ("never dropped"), pulling the mean to 1.8."""
+    df = runs_df({"a": lambda seed, step: 0.6 if step < 10 else 0.0})
+    df["reward/group_std"] = [
+        float("nan")
+        if seed == 3
+        else (0.0 if step < 10 else 0.4)
+        if seed == 4
+        else (0.4 if step < 6 else 0.1)
+        for seed, step in zip(df["cfg.train.seed"], df["step"])
+    ]
+    lead = analysis.Claim(
+        "lead", "std warns", "rollout/success", mde=2, score="lead", indicator="reward/group_std"
+    )
+    assert analysis.unreadable_drop(df.loc[df["cfg.train.seed"] == 0, "reward/group_std"]) is None
+    assert (
+        analysis.unreadable_drop(pd.Series([0.4] * 8))
+        == "8 logged point(s), fewer than the 9 a held drop needs"
+    )
+    row = analysis.judge(df, lead, {"arm": "a"}, None)
+    assert row.status == analysis.REPRODUCED and row.effect == 3, row
+    assert row.reason.endswith(
+        "; unscored (a seed 3: reward/group_std not logged; a seed 4: reward/group_std its 5-step average "
+        "never rose above 0 in the first third of the run: no early level to fall from): left out"
+    )
+
+
+def test_a_seed_one_arm_could_not_score_is_named_and_left_out_of_both_arms():
+    """Arm a's seed 3 logged no validation: it used to vanish silently, the row still listing it,
+    and the paired comparison quietly became Welch's (no sign test)."""
+    df = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": 0.3})
+    df.loc[(df["arm"] == "a") & (df["cfg.train.seed"] == 3), "val/success"] = float("nan")
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED
+    assert row.reason == (
+        "CI above 0, sign test p 0.0625; unscored (a seed 3: no val/success logged): "
+        "seeds [3] left out of both arms"
+    )
+    assert row.effect == pytest.approx(0.4 + 0.01 * (0 + 1 + 2 + 4) / 4)
+
+
+def test_a_sign_test_that_does_not_back_a_small_positive_ci_is_inconclusive_not_not_reproduced():
+    """CI above 0 with its high end under the MDE: the bootstrap claim reproduces; the sign-test
+    claim's sign test (4 of 4 untied seeds, p 0.0625) does not agree, which its rule calls INCONCLUSIVE."""
+    mk = lambda sc: pd.DataFrame({"seed": range(len(sc)), "score": sc, "points": [np.array([])] * len(sc)})  # noqa: E731
+    sa, sb = mk([0.52, 0.52, 0.53, 0.52, 0.50]), mk([0.50] * 5)
+    for test, status in (("bootstrap", analysis.REPRODUCED), ("sign", analysis.INCONCLUSIVE)):
+        claim = analysis.Claim("x", "a > b", "m", mde=0.1, test=test)
+        ci = analysis.effect_ci(sa, sb, claim, True)
+        assert 0 < ci[0] < ci[1] < 0.1
+        got, reason = analysis._decision(ci, sa, sb, claim, True)
+        assert got == status, reason
+    assert reason == "CI above 0, but sign test p 0.0625 >= alpha 0.05 (4 of 4 untied seeds favour a)"
+
+
+def test_the_filter_check_and_episode_counts_include_online_k():
+    """A step of an online-k run plays online_k × P × N episodes, all filtered: a top-25% filter
+    over 5 × 8 × 16 keeps 160, more than P × N, and used to read as "kept every episode"."""
+    df = pd.DataFrame(
+        {"step": range(10), "cfg.train.groups": 8, "cfg.train.group_size": 16, "cfg.train.online_k": 5,
+         "rollout/kept": 160}
+    )  # fmt: skip
+    assert analysis.mechanism_inactive(df, "filter") is None
+    assert (
+        analysis.mechanism_inactive(df.assign(**{"rollout/kept": 640}), "filter")
+        == "the filter kept every episode"
+    )
+    assert analysis._n_eval(df, "rollout/success") == 640
+    assert analysis.mechanism_inactive(
+        df.drop(columns="cfg.train.online_k"), "filter"
+    )  # a config before online_k
+
+
+def test_the_power_check_counts_validation_states_once_however_often_they_are_replayed():
+    claim = analysis.Claim("x", "a > b", "val/success", mde=0.1)
+    for late in (1, 10):  # the same 32 states, validated once or ten times late in the run
+        pts = pd.DataFrame({"seed": [0, 1, 2], "score": 0.5, "points": [np.full(late, 0.5)] * 3, "n": 32})
+        assert analysis.underpowered(claim, 3, pts) == (
+            "predicted 95% CI half-width 0.141 from 96 episodes per arm > MDE 0.1"
+        )
+    train = analysis.Claim("x", "a > b", "rollout/success", mde=0.1)  # training: fresh episodes each step
+    pts = pd.DataFrame({"seed": [0, 1, 2], "score": 0.5, "points": [np.full(10, 0.5)] * 3, "n": 32})
+    assert analysis.underpowered(train, 3, pts) is None
