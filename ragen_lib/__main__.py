@@ -135,7 +135,7 @@ def _warmup(args) -> int:
     if cfg.train.warmup == "none":
         raise ConfigError(
             "train.warmup is none, so there is no warm-up to run: pass --set train.warmup=format (or "
-            "expert; self needs valid answers to start from, and found none in 6 x 32 Bandit samples)"
+            "expert; self learns only from the model's own valid answers, which a small model may not give)"
         )
     t0 = time.perf_counter()
     policy, tok = models.load(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype)
@@ -224,7 +224,8 @@ def _plot(args) -> int:
         from matplotlib.backend_bases import FigureCanvasBase
 
         kinds = FigureCanvasBase.get_supported_filetypes()
-        if Path(args.png).suffix.lstrip(".").lower() not in kinds:
+        suffix = Path(args.png).suffix.lstrip(".").lower()
+        if suffix and suffix not in kinds:  # none: matplotlib writes a .png
             raise ConfigError(
                 f"--png {args.png}: its suffix names the format; use one of .{', .'.join(sorted(kinds))}"
             )
@@ -502,14 +503,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError) as e:
-        # A path given as --out, RAGEN_OUTPUTS or RAGEN_CACHE that names a file where a folder goes
-        # (or a folder that cannot be written): the path is the fix, not the traceback.
+        root = _given_root(e, args)
+        if root is None:
+            raise  # not under a folder the user named: a bug's traceback, kept
+        # --out, RAGEN_OUTPUTS or RAGEN_CACHE naming a file where a folder goes (or a folder that
+        # cannot be written): the path is the fix, not the traceback.
         print(
-            f"error: {e}: a folder is needed there (is --out, RAGEN_OUTPUTS or RAGEN_CACHE a file, or "
-            "not writable?)",
+            f"error: {e}: {root} must be a folder this user can write (a file is there, or no permission)",
             file=sys.stderr,
         )
         return 2
+
+
+def _given_root(e: OSError, args) -> str | None:
+    """Which folder the user gave (--out, RAGEN_OUTPUTS, RAGEN_CACHE) the failed path lies in."""
+    import os
+    from pathlib import Path
+
+    out = getattr(args, "out", None)
+    given = [(f"--out {out}", out)]
+    given += [(f"{v}={os.environ.get(v)}", os.environ.get(v)) for v in ("RAGEN_OUTPUTS", "RAGEN_CACHE")]
+    failed = Path(os.fsdecode(e.filename)).absolute() if e.filename else None
+    for name, root in given:
+        if root and failed and failed.is_relative_to(Path(root).absolute()):
+            return name
+    return None
 
 
 class ConfigError(ValueError):

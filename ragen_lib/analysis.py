@@ -56,8 +56,8 @@ How a row is decided, in this order (the first that applies wins):
    that ran different seeds and so have no pairs; a CI above 0 the sign test does not back is
    INCONCLUSIVE even where its high end is under the MDE). A row with censored runs names them.
    A seed an arm could not score (its metric not logged, too few points for a slope, a lead's
-   indicator unreadable: `unreadable_drop`) is left out and named, from both arms where they ran
-   the same seeds, so the comparison stays paired.
+   indicator unreadable: `unreadable_drop`) is left out and named, from both arms where that leaves
+   them on the same seeds, so the comparison stays paired.
 """
 
 from __future__ import annotations
@@ -401,15 +401,17 @@ def sign_test(k: int, n: int) -> float:
 
 
 def _n_eval(part: pd.DataFrame, metric: str) -> int:
-    """Episodes behind one logged value of `metric`: validation states, or P × N of training."""
+    """Episodes behind one logged value of `metric`: validation states, or online_k × P × N of
+    training (a column a run's config predates, absent or NaN in a mixed store, counts as 1)."""
     first = part.iloc[0]
+
+    def get(col: str) -> int:
+        v = first.get(col, 1)
+        return 1 if v is None or pd.isna(v) or not v else int(v)
+
     if metric.startswith("val/"):
-        return int(first.get("cfg.train.val_size", 1) or 1)
-    return int(
-        (first.get("cfg.train.groups", 1) or 1)
-        * (first.get("cfg.train.group_size", 1) or 1)
-        * (first.get("cfg.train.online_k", 1) or 1)
-    )
+        return get("cfg.train.val_size")
+    return get("cfg.train.groups") * get("cfg.train.group_size") * get("cfg.train.online_k")
 
 
 def _online_k(df: pd.DataFrame) -> pd.Series | int:
@@ -902,7 +904,8 @@ def _drop_unscored(
     """Leave out the seeds an arm could not score (the metric not logged in that run, too few
     points for a slope, a lead's indicator unreadable), and name them with why: dropped silently,
     a seed vanished from the comparison while the design still listed it, and a paired design
-    quietly became Welch's. Arms on the same seeds lose the seed in both, so the pairs stay.
+    quietly became Welch's. Each arm also loses the other's where that leaves both on the same
+    seeds, so the pairs stay.
     A lead's censored seeds (no collapse, no lead) are named apart, by the caller."""
 
     def lost(s: pd.DataFrame) -> dict[int, str]:
@@ -913,9 +916,10 @@ def _drop_unscored(
     sa, sb = sa.dropna(subset=["score"]), None if sb is None else sb.dropna(subset=["score"])
     if not la and not lb:
         return sa, sb, ""
-    same = sb is not None and set(sa["seed"]) | set(la) == set(sb["seed"]) | set(lb)
+    out = set(la) | set(lb)
+    # each arm also loses the other's unscored seeds where that leaves both on the same seeds
+    same = sb is not None and set(sa["seed"]) - out == set(sb["seed"]) - out != set()
     if same:
-        out = set(la) | set(lb)
         sa, sb = sa[~sa["seed"].isin(out)], sb[~sb["seed"].isin(out)]
     who = "; ".join(
         f"{arm} seed {seed}: {why}" for arm, g in (("a", la), ("b", lb)) for seed, why in g.items()

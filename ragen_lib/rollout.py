@@ -317,6 +317,7 @@ def collect(
             # played, stays out of the trained ids (RAGEN drops the n+1 state before an update),
             # else the paper mask would train on it with return 0 after the reward token.
             episodes[i].truncated = True
+            episodes[i].messages.pop()  # the transcript and samples show what was trained
             return False
         tracks[i].extend(ids, generated=False)
         return True

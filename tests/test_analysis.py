@@ -948,6 +948,24 @@ def test_a_seed_one_arm_could_not_score_is_named_and_left_out_of_both_arms():
         "seeds [3] left out of both arms"
     )
     assert row.effect == pytest.approx(0.4 + 0.01 * (0 + 1 + 2 + 4) / 4)
+    # arms on different seed sets (b ran seed 5 too) pair once each loses the other's unscored seed
+    df = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": 0.3}, seeds=(0, 1, 2, 3, 4, 5))
+    df = df[(df["arm"] == "b") | (df["cfg.train.seed"] != 5)]
+    df.loc[(df["arm"] == "a") & (df["cfg.train.seed"] == 3), "val/success"] = float("nan")
+    df.loc[(df["arm"] == "b") & (df["cfg.train.seed"] == 5), "val/success"] = float("nan")
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason.endswith("sign test p 0.0625; unscored (a seed 3: no val/success logged; b seed 5: "
+                               "no val/success logged): seeds [3, 5] left out of both arms")  # fmt: skip
+
+
+def test_episode_counts_read_a_config_column_older_runs_lack_as_1():
+    """A store mixing runs from before online_k with newer ones: the column is there, NaN for the
+    older runs, and `NaN or 1` is NaN: int() raised, crashing every judge of a training metric."""
+    old = runs_df({"a": 0.5}, seeds=(0,))
+    new = runs_df({"a": 0.5}, seeds=(1,), **{"cfg.train.online_k": 2})
+    mixed = pd.concat([old, new], ignore_index=True)
+    assert analysis._n_eval(mixed[mixed["cfg.train.seed"] == 0], "rollout/success") == 64
+    assert analysis._n_eval(mixed[mixed["cfg.train.seed"] == 1], "rollout/success") == 128
 
 
 def test_a_sign_test_that_does_not_back_a_small_positive_ci_is_inconclusive_not_not_reproduced():

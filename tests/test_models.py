@@ -209,6 +209,12 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
         models.check(gone)
     models.check(str(models.embedded_gguf()))  # a whole file: found, nothing loaded or converted
     models._check_gguf_tensors(models.embedded_gguf(), "m", "model.name")  # read even when converted
+    # once its conversion is cached, the same bytes are not read again (1-2 s a load)
+    import gguf
+
+    models.converted_folder(models.embedded_gguf())
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a: pytest.fail("read a file whose conversion is cached"))
+    models.check(str(models.embedded_gguf()))
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "config.json").write_text("{}")  # failed in the tokenizer, once per run

@@ -207,6 +207,7 @@ def test_an_episode_ended_by_the_context_cap_trains_no_observation_after_its_las
         assert last == n - 1  # the ids end with the last generated token
         assert int(batch.context_mask[b].nonzero().max()) == last
         assert tok.decode(batch.input_ids[b, :n][batch.loss_mask[b, :n].bool()]) == batch.responses[b][0]
+        assert batch.messages[b][-1]["role"] == "assistant"  # the transcript ends where training does
 
 
 @pytest.mark.parametrize(
