@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -133,7 +134,8 @@ def test_run_grid_names_a_missing_model_once_before_any_run_and_reuses_finished_
 
     gone = str(tmp_path / "moved.gguf")
     done, todo = [config.from_dict(c.to_dict(), {"model.name": gone}) for c in seeds(0, 1)]
-    Path(gone).write_bytes(b"GGUF")  # there while the first run trains
+    # there while the first run trains: a whole GGUF with no tensors (magic, version 3, 0 tensors, 0 keys)
+    Path(gone).write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 0))
     experiments.run_grid(tmp_path, "f", [done], fake_train, progress=False)
     Path(gone).unlink()  # then moved: the finished run is still reused, the new one is refused
     with pytest.raises(
