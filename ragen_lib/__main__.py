@@ -517,7 +517,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _given_root(e: OSError, args) -> str | None:
     """Which folder the user gave (--out, RAGEN_OUTPUTS, RAGEN_CACHE) the failed path lies in."""
-    import os
     from pathlib import Path
 
     out = getattr(args, "out", None)

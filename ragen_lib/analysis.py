@@ -139,31 +139,38 @@ def drop_step(values: pd.Series, frac: float = 0.5) -> int | None:
     step 3 in every simulated stationary run (300 runs of 150 steps), a "warning" any later collapse
     would score as a long lead; smoothed and sustained, 0.3% of those runs dropped before step 100,
     while a real fall (success 0.5 -> 0.05 at step 60) was found in all, at step 63."""
-    if unreadable_drop(values):
-        return None
-    v = values.dropna().sort_index()
-    ma = v.rolling(COLLAPSE_WINDOW).mean()
-    ref = ma.iloc[: max(COLLAPSE_WINDOW, len(v) // 3)].max()
-    return _first_sustained(ma < frac * ref, COLLAPSE_PERSIST)
+    ma, ref, unreadable = _early_level(values)
+    return None if unreadable else _first_sustained(ma < frac * ref, COLLAPSE_PERSIST)
 
 
 def unreadable_drop(values: pd.Series) -> str | None:
     """Why `drop_step` cannot read a drop in `values`, or None when it can (and then its None means
     the indicator never dropped: a lead of 0). Scored as 0, an unreadable indicator (not logged in
     this run, too short, or flat at 0 early, with nothing to fall from) read as "no warning"."""
+    return _early_level(values)[2]
+
+
+def _early_level(values: pd.Series) -> tuple[pd.Series, float, str | None]:
+    """An indicator's COLLAPSE_WINDOW-step moving average, its maximum over the first third of the
+    run (the level a drop falls from), and why a drop cannot be read from them (None: it can)."""
     v = values.dropna().sort_index()
     need = COLLAPSE_WINDOW + COLLAPSE_PERSIST - 1
     if v.empty:
-        return "not logged"
+        return v, math.nan, "not logged"
     if len(v) < need:
-        return f"{len(v)} logged point(s), fewer than the {need} a held drop needs"
+        return v, math.nan, f"{len(v)} logged point(s), fewer than the {need} a held drop needs"
     ma = v.rolling(COLLAPSE_WINDOW).mean()
-    if not ma.iloc[: max(COLLAPSE_WINDOW, len(v) // 3)].max() > 0:
+    ref = ma.iloc[: max(COLLAPSE_WINDOW, len(v) // 3)].max()
+    if not ref > 0:
         return (
-            f"its {COLLAPSE_WINDOW}-step average never rose above 0 in the first third of the run: "
-            "no early level to fall from"
+            ma,
+            ref,
+            (
+                f"its {COLLAPSE_WINDOW}-step average never rose above 0 in the first third of the run: "
+                "no early level to fall from"
+            ),
         )
-    return None
+    return ma, ref, None
 
 
 def success_metric(df: pd.DataFrame) -> str:
@@ -407,7 +414,7 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
 
     def get(col: str) -> int:
         v = first.get(col, 1)
-        return 1 if v is None or pd.isna(v) or not v else int(v)
+        return 1 if pd.isna(v) or not v else int(v)
 
     if metric.startswith("val/"):
         return get("cfg.train.val_size")
@@ -431,7 +438,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
         horizon = int(part["step"].max()) + 1
         points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
-        why = ""  # why a score is NaN, where the reason is not simply an unlogged metric
+        why = ""  # why the score is NaN (set below where the metric alone does not say)
         if claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
             step = collapse(v, fmt, episodes=_n_eval(part, "rollout/success"))
@@ -471,6 +478,8 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
             score = slope(v)
         else:
             raise ValueError(f"unknown score {claim.score!r}: late|peak|median|max|total|slope|collapse|lead")
+        if score != score and not why:
+            why = f"no {claim.metric} logged" if v.empty else f"no {claim.score} of {claim.metric}"
         rows.append(
             {
                 "seed": seed,
@@ -481,10 +490,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
                 "least": least,
                 "horizon": horizon,
                 "peak": float(peak) if peak > -math.inf else float("nan"),
-                "why": ""
-                if score == score
-                else why
-                or (f"no {claim.metric} logged" if v.empty else f"no {claim.score} of {claim.metric}"),
+                "why": why,
             }
         )
     columns = ["seed", "score", "points", "n", "censored", "least", "horizon", "peak", "why"]
@@ -909,7 +915,7 @@ def _drop_unscored(
     A lead's censored seeds (no collapse, no lead) are named apart, by the caller."""
 
     def lost(s: pd.DataFrame) -> dict[int, str]:
-        gone = s["score"].isna() & ~s["censored"] if claim.score == "lead" else s["score"].isna()
+        gone = s["score"].isna() & ~s["censored"]  # a lead's censored seeds: named by the caller
         return {int(r.seed): r.why for r in s[gone].itertuples()}
 
     la, lb = lost(sa), {} if sb is None else lost(sb)
@@ -924,7 +930,7 @@ def _drop_unscored(
     who = "; ".join(
         f"{arm} seed {seed}: {why}" for arm, g in (("a", la), ("b", lb)) for seed, why in g.items()
     )
-    both = f"seeds {sorted(set(la) | set(lb))} left out of both arms" if same else "left out"
+    both = f"seeds {sorted(out)} left out of both arms" if same else "left out"
     return sa, sb, f"; unscored ({who}): {both}"
 
 

@@ -295,12 +295,6 @@ def collect(
     # Each episode's KV cache lives from turn to turn: a turn prefills only the env's reply.
     kept = KeptKV() if cfg.keep_kv else None
 
-    def fits(i: int) -> bool:
-        """Whether episode i, not over, has room for its next turn; truncates it if not."""
-        if len(tracks[i].ids) + max_new > cfg.max_context_tokens:
-            episodes[i].truncated = True  # the next turn would not fit the context
-        return not episodes[i].done
-
     def end_turn(i: int, gen: list[int], logp: list[float]) -> bool:
         """Episode i's answer `gen`: step its env, extend its track; True when it plays on."""
         responses[i].append(tokenizer.decode(gen))
@@ -313,9 +307,10 @@ def collect(
         suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
         ids = _encode(tokenizer, suffix + episodes[i].prefill)
         if len(tracks[i].ids) + len(ids) + max_new > cfg.max_context_tokens:
-            # The next turn would not fit: the episode ends here, and its next observation, never
-            # played, stays out of the trained ids (RAGEN drops the n+1 state before an update),
-            # else the paper mask would train on it with return 0 after the reward token.
+            # The next turn would not fit (the first always does: checked below), so the episode
+            # ends here, and its next observation, never played, stays out of the trained ids
+            # (RAGEN drops the n+1 state before an update), else the paper mask would train on it
+            # with return 0 after the reward token.
             episodes[i].truncated = True
             episodes[i].messages.pop()  # the transcript and samples show what was trained
             return False
@@ -334,14 +329,14 @@ def collect(
     # The decode steps' attention kernel (rollout.decode_attention); the prefills run SDPA.
     with attention.decode_kernel(cfg.decode_attention):
         if cfg.batching == "continuous":
-            first = [i for i in range(len(episodes)) if fits(i)]
+            first = [i for i in range(len(episodes)) if not episodes[i].done]
             engine.play(
                 model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
                 stop=stop, generator=generator, group_size=group_size, static=cfg.kv_cache == "static",
             )  # fmt: skip
         else:
             while True:
-                live = [i for i in range(len(episodes)) if not episodes[i].done and fits(i)]
+                live = [i for i in range(len(episodes)) if not episodes[i].done]
                 if not live:
                     break
                 prompts = [tracks[i].ids for i in live]
