@@ -314,13 +314,38 @@ def run_finding(
     t0 = time.perf_counter()
     slots = worker_slots(load_profile(profile)["runs_per_device"])
     run_grid(root, finding, cfgs, train_quietly, progress=progress, slots=slots)
-    wanted = {runs.run_dir(root, finding, c).name: labels for c, (_, labels) in zip(cfgs, pairs)}
+    wanted = grid_labels(root, finding, pairs)
     df = runs.load(root, finding, run_ids=set(wanted))  # other grids' leftovers are not even read
-    for key in {k for labels in wanted.values() for k in labels}:
-        df[key] = df["run_id"].map(lambda r, k=key: wanted[r].get(k))
+    df = label_rows(df, wanted)
     df["profile"] = profile
     df.attrs.update(profile=profile, finding=finding, wall_s=time.perf_counter() - t0, root=str(root))
     return df
+
+
+def grid_labels(root, finding: str, pairs) -> dict[str, list[dict]]:
+    """{run folder name: [the labels of each grid point it is]}. Two grid points can be one config
+    (the paper profile's P×N point 8×16 is its online-1 run): the run then serves both."""
+    wanted: dict[str, list[dict]] = {}
+    for cfg, labels in pairs:
+        sets = wanted.setdefault(runs.run_dir(root, finding, cfg).name, [])
+        if labels not in sets:
+            sets.append(labels)
+    return wanted
+
+
+def label_rows(df, wanted: dict[str, list[dict]]):
+    """`df`'s rows with each run's grid labels as columns, a run's rows repeated once per label set
+    (a run two grid points share); the rows keep their order within each set."""
+    import pandas as pd
+
+    keys = sorted({k for sets in wanted.values() for labels in sets for k in labels})
+    table = pd.DataFrame(
+        [{"run_id": r, **{k: labels.get(k) for k in keys}} for r, sets in wanted.items() for labels in sets],
+        columns=["run_id", *keys],
+    )
+    out = df.drop(columns=[k for k in keys if k in df]).merge(table, on="run_id", how="left")
+    out.attrs.update(df.attrs)
+    return out
 
 
 def check_parameters(history: list[str] | None = None) -> None:

@@ -786,17 +786,15 @@ def _studies_on_the_grid(name: str, profile: str) -> tuple[list, object]:
 
     def grid(finding, profile_, seeds=None, overrides=None, **_):
         finding, pairs = experiments.variants(finding, profile_, seeds=seeds, overrides=overrides)
-        rows, labels = [], {}
-        for c, lab in pairs:
+        rows = []
+        for c, _ in pairs:
             run_id = runs.run_dir(Path("/nonexistent"), finding, c).name
-            labels[run_id] = lab
             flat = {f"cfg.{k}": v for k, v in _flatten(asdict(c)).items()}
             for step in range(3):
                 m = {k: float(rng.random()) for k in [*metrics.METRICS, *shifted]}
                 rows.append({"run_id": run_id, "finding": finding, "done": True, "step": step, **m, **flat})
         df = pd.DataFrame(rows).drop_duplicates(["run_id", "step"])  # variants sharing a config: one run
-        for key in {k for lab in labels.values() for k in lab}:
-            df[key] = df["run_id"].map(lambda r, k=key: labels[r].get(k))
+        df = experiments.label_rows(df, experiments.grid_labels(Path("/nonexistent"), finding, pairs))
         df["profile"] = profile_
         df.attrs.update(profile=profile_, finding=finding, wall_s=0.0, root="/nonexistent")
         return df
@@ -849,3 +847,24 @@ def test_every_notebooks_arms_find_runs_and_one_run_a_seed_in_every_profile(prof
     assert wanted <= judged_findings, (
         f"{profile}: judged findings with no fully judged study: {wanted - judged_findings}"
     )
+
+
+def test_a_run_two_grid_points_share_serves_both_studies():
+    """In the paper profile Table 2's 8×16 point is Fig. 10's online-1 run (one config): keyed by
+    run alone, the run kept only the last point's labels and Table 2 lost a column."""
+    import pandas as pd
+
+    finding, pairs = experiments.variants("05_rollout_quality", "paper")
+    wanted = experiments.grid_labels(Path("/x"), finding, pairs)
+    shared = [sets for sets in wanted.values() if len(sets) > 1]
+    assert len(shared) == 5 and all({s["study"] for s in sets} == {"pxn", "online"} for sets in shared)
+    df = pd.DataFrame([{"run_id": r, "step": s, "study": "stale"} for r in wanted for s in range(2)])
+    df.attrs["finding"] = finding
+    out = experiments.label_rows(df, wanted)
+    assert len(out) == 2 * sum(len(sets) for sets in wanted.values()) and out.attrs["finding"] == finding
+    pxn = out[out["study"] == "pxn"]
+    # every P×N point of the grid keeps its 5 seeds, the shared one included
+    cfg_of = {runs.run_dir(Path("/x"), finding, c).name: c for c, _ in pairs}
+    pxn_points = {(cfg_of[r].train.groups, cfg_of[r].train.group_size) for r in pxn["run_id"]}
+    assert pxn_points == {(4, 32), (8, 16), (16, 8), (32, 4), (64, 2), (128, 1)}
+    assert pxn["run_id"].nunique() == 30 and out[out["study"] == "online"]["run_id"].nunique() == 20
