@@ -20,10 +20,13 @@ How a row is decided, in this order (the first that applies wins):
    episode, below 1% of the spread of the trajectory rewards; `filter`: arm a's filter kept every
    episode; `think`: arm a's reasoning averaged under one token a turn, where an empty
    `<think></think>` still passes the format check).
-4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the env's random-policy
-   success (floor) or of its expert success (ceiling), from `baselines.reference_success`: each
-   arm's own, within the action budget its runs played under and on their validation states
-   (`arm_reference`; Table 3's arms play 5 to 35 actions).
+4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score at most the MDE above the env's
+   random-policy success (floor) or within the MDE of its expert success (ceiling), from
+   `baselines.reference_success`: each arm's own, within the action budget its runs played under
+   and on their validation states (`arm_reference`; Table 3's arms play 5 to 35 actions). Not the
+   floor where exactly one arm sank more than the MDE below random play: it lost what random play
+   keeps (a collapse: the paper's Sokoban StarPO-S ≈0.21 vs PPO ≈0, random play 0.19), which the
+   other arm did not; the row is judged and says so. Both sunk: the floor.
 5. Collapse claims with an env: a censored run whose success never rose LEARN_MARGIN above the env's
    random play (peak of the 5-step training average and of validation) never learned, so it had
    nothing to lose and its holding says nothing about stability: its seed is left out of the
@@ -857,12 +860,22 @@ def judge(
         )
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
+    floor_note = ""
     if claim.score not in ("collapse", "lead") and b is not None and fa is not None:
+        # An arm more than the MDE below random play lost what random play keeps (answers out of
+        # format, or a losing habit): beside one that did not, the floor hides no difference. The
+        # paper's Sokoban rows are that case: StarPO-S ≈0.21 vs collapsed PPO ≈0, random play 0.19.
+        sank = [x < f - claim.mde for x, f in ((row.a, fa[0]), (row.b, fb[0]))]
         if row.a <= fa[0] + claim.mde and row.b <= fb[0] + claim.mde:
-            return replace(
-                row,
-                reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "
-                f"({_pair(fa[0], fb[0])}) on {fc_name} by more than the MDE {claim.mde:g}",
+            if sank[0] == sank[1]:
+                return replace(
+                    row,
+                    reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "
+                    f"({_pair(fa[0], fb[0])}) on {fc_name} by more than the MDE {claim.mde:g}",
+                )
+            floor_note = (
+                f"; neither arm above random play ({_pair(fa[0], fb[0])}) by more than the MDE, but arm "
+                f"{'a' if sank[0] else 'b'} sank more than the MDE below it: judged"
             )
         if row.a >= fa[1] - claim.mde and row.b >= fb[1] - claim.mde:
             return replace(
@@ -882,7 +895,7 @@ def judge(
         note = f"; seeds {no_lead} did not collapse within {int(sa['horizon'].max())} steps: no lead there"
     elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
         note += "; " + _censored_note(sa, sb)
-    note += unscored
+    note += unscored + floor_note
     short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
     if short:
         return replace(row, reason=f"under-powered: {short}{note}")

@@ -487,6 +487,23 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
 
 
+def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not():
+    """The paper's Sokoban rows: StarPO-S ≈0.21 against a PPO that collapsed to ≈0, random play
+    0.19 within the budget. Neither arm is above random play by the MDE, but one sank far below it:
+    a difference the floor does not hide (the old rule called it INCONCLUSIVE, so a faithful
+    replication could never be decided). Both sunk stays the floor."""
+    claim = analysis.Claim("late", "a beats b", "val/success", mde=0.1, env="sokoban")
+    floor = analysis.arm_reference(runs_df({"a": 0.0}), "sokoban")[0]
+    assert 0.15 < floor < 0.25
+    df = runs_df({"a": lambda seed, step: 0.21 + 0.01 * seed, "b": lambda seed, step: 0.01 * seed})
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.REPRODUCED, row.reason
+    assert "but arm b sank more than the MDE below it: judged" in row.reason
+    both_sank = runs_df({"a": 0.02, "b": 0.0})
+    row = analysis.judge(both_sank, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm")
+
+
 def test_each_arm_is_held_to_the_floor_and_ceiling_of_its_own_action_budget():
     """Table 3's arms play Sokoban under 5 (1 action a turn), 25 and 35 actions: random play and
     the expert reach different levels in each, and the default 10-action floor fits none of them."""
