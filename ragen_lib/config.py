@@ -304,6 +304,14 @@ class AlgoConfig:
                 f"{self.kl_coef} would act nowhere. Set algo.kl_in_reward=false (a KL loss term, as "
                 "starpo-grpo) or algo.kl_coef=0"
             )
+        if self.objective == "apo" and self.advantage != "apo":
+            # The apo objective regresses β2·log-ratio onto r − V*, reading V* from the apo
+            # estimator's unmasked target; grpo and gae mask their advantages, so it would read 0
+            # and train on nothing but the pull back to the reference.
+            raise ValueError(
+                f"algo.objective=apo with algo.advantage={self.advantage}: the A*-PO regression needs "
+                "the apo estimator's V* targets. Set algo.advantage=apo (algo.name=apo has both)"
+            )
         if self.critic and self.advantage != "gae":
             # Only GAE reads the values; a critic beside grpo or apo costs a model copy and its
             # updates for nothing (verl turns it off for GRPO: ray_trainer.py:283-289).

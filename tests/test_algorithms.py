@@ -325,8 +325,19 @@ def test_value_loss_takes_the_larger_term_per_token():
 
 def test_entropy_with_masked_vocabulary_is_finite():
     # two live logits equal, two −inf: entropy of a fair coin = ln 2
-    h = A.entropy_from_logits(t(0, 0, -math.inf, -math.inf))
+    z = t(0.0, 0.0, -math.inf, -math.inf).requires_grad_()
+    h = A.entropy_from_logits(z)
     assert_close(h, torch.tensor(math.log(2)))
+    # and its gradient: a fair coin is entropy's maximum, so 0 on the live logits, 0 on the masked
+    # (a product masked after the fact sent NaN to all four through softmax)
+    h.backward()
+    assert torch.equal(z.grad, torch.zeros(4))
+    z = t(1.0, 0.0, -math.inf).requires_grad_()
+    A.entropy_from_logits(z).backward()
+    p = torch.softmax(t(1.0, 0.0), -1)
+    hand = -p * (torch.log(p) + A.entropy_from_logits(t(1.0, 0.0)))  # dH/dz_i = −p_i (log p_i + H)
+    assert_close(z.grad[:2], hand)
+    assert z.grad[2] == 0
 
 
 def test_select_groups_ties_random_and_errors():

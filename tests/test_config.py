@@ -123,6 +123,12 @@ def test_a_preset_resolves_wherever_the_config_is_built():
     # the preset's critic beside an estimator that never reads it: an error naming the fix
     with pytest.raises(ValueError, match="only gae uses a critic.*Add algo.critic=false"):
         config.AlgoConfig(name="starpo-s", advantage="grpo")
+    # A*-PO's regression beside an estimator without V* targets would read a target of 0
+    for advantage in ("grpo", "gae"):
+        with pytest.raises(ValueError, match="objective=apo with algo.advantage=.*Set algo.advantage=apo"):
+            config.AlgoConfig(
+                name="starpo-grpo", objective="apo", advantage=advantage, critic=advantage == "gae"
+            )
 
 
 @pytest.mark.parametrize(

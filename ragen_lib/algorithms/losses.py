@@ -30,11 +30,13 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits): H = logsumexp(z) − Σ_v softmax(z)_v · z_v, per position.
 
     Stable: logsumexp and softmax subtract the max; −inf logits (masked vocabulary) contribute 0
-    instead of 0·(−inf) = NaN. (…, V) → (…), e.g. (B, T, V) → (B, T).
+    instead of 0·(−inf) = NaN, in the value and in the gradient (they are zeroed before the
+    product: a product masked after would still send NaN back through softmax to every logit).
+    (…, V) → (…), e.g. (B, T, V) → (B, T).
     """
     p = torch.softmax(logits, dim=-1)  # (…, V)
-    pz = torch.where(p > 0, p * logits, torch.zeros_like(p))  # (…, V)
-    return logits.logsumexp(-1) - pz.sum(-1)
+    z = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))  # (…, V)
+    return logits.logsumexp(-1) - (p * z).sum(-1)
 
 
 POLICY_AGGS = ("token-mean", "seq-mean-token-mean")
