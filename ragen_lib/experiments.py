@@ -268,6 +268,8 @@ def variants(
             + (" (pass seeds=[...] for train.seed)" if "train.seed" in clash else "")
             + f", or edit the grid in {path}."
         )
+    _check_labels(path, variants_)
+    matched: set[int] = set()
     out = []
     for point in variants_:
         only = point.pop("profiles", None)  # a variant for some profiles only (e.g. the paper's full table)
@@ -276,6 +278,8 @@ def variants(
         labels = {k: v for k, v in point.items() if "." not in k}
         dotted = {k: v for k, v in point.items() if "." in k}
         entry = judged_entry(prof, path.stem, {**(spec.get("base") or {}), **labels, **dotted})
+        if entry:
+            matched.add(id(entry))
         labels["judged"] = entry is not None
         entry = entry or {}
         for seed in seeds if seeds is not None else entry.get("seeds", prof["seeds"]):
@@ -289,7 +293,39 @@ def variants(
             }
             merged = cap_batch(merged, prof["max_episodes_per_step"])
             out.append((config.from_dict({}, merged), labels))
+    if prof["judged"] != "all":
+        for entry in prof["judged"]:
+            if entry["finding"] == path.stem and id(entry) not in matched:
+                # its study would run as a pilot, and its verdicts read PILOT, after the whole grid
+                raise ValueError(
+                    f"profile {profile!r}: the judged entry for {path.stem} where {entry.get('where')} "
+                    f"matches no grid point of {path} (a misspelt key or value?); its keys must be "
+                    "the grid's or its base's, with their values"
+                )
     return path.stem, out
+
+
+def _check_labels(path: Path, variants_: list[dict]) -> None:
+    """Refuse an undotted grid key that reads as a config setting (`steps`, `algo_kl_coef`): undotted
+    keys are labels (`study`), which set nothing, so the run would keep the default without a word."""
+    fields = {f: s for s, cls in config.SECTIONS.items() for f in (x.name for x in dataclasses.fields(cls))}
+    for point in variants_:
+        for key in point:
+            if "." in key or key == "profiles":
+                continue
+            name = key.replace("-", "_")
+            section = next((s for s in config.SECTIONS if name.startswith(s + "_")), None)
+            field_ = name[len(section) + 1 :] if section else name
+            if key in config.SECTIONS:
+                guess = f"{key}.<field>: <value>"
+            elif field_ in fields:
+                guess = f"{section or fields[field_]}.{field_}"
+            else:
+                continue
+            raise ValueError(
+                f"{path}: grid key {key!r} has no dot, so it is a label (like `study`) and sets "
+                f"nothing: write the setting dotted, e.g. {guess}"
+            )
 
 
 def run_finding(

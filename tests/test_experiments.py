@@ -381,6 +381,30 @@ def test_dict_valued_grid_keys_cross_a_variant_list_and_profiles_gate_variants(t
     assert [c.train.steps for c, labels in paper] == [2, 4] and all("profiles" not in lab for _, lab in paper)
 
 
+def test_a_grid_key_that_reads_as_a_setting_and_a_judged_entry_matching_nothing_are_errors(
+    tmp_path, monkeypatch
+):
+    """Both were silent: an undotted key is a label, so `steps: 50` set nothing; a judged entry
+    whose `where` matched no point left its study a pilot, found out as PILOT rows after the grid."""
+    grid = tmp_path / "g.yaml"
+    for key, fix in (("steps", "train.steps"), ("algo_kl_coef", "algo.kl_coef"), ("algo", "algo.<field>")):
+        grid.write_text(f"grid:\n  - {{study: a, {key}: 0}}\n")
+        with pytest.raises(ValueError, match=f"grid key '{key}' has no dot.*e.g. {re.escape(fix)}"):
+            experiments.variants(grid, "smoke")
+    grid.write_text("grid:\n  - {study: a, env.name: bandit}\n  - {study: b, env.name: sokoban}\n")
+    profiles = tmp_path / "profiles.yaml"
+    load = experiments.load_profile
+    monkeypatch.setattr(experiments, "load_profile", lambda name: load(name, profiles))
+    for where, ok in (("{study: b}", True), ("{study: paper-mask}", False), ("{env.nmae: sokoban}", False)):
+        profiles.write_text(f"p:\n  judged:\n    - {{finding: g, where: {where}, seeds: [3]}}\n")
+        if ok:
+            judged = [labels["judged"] for _, labels in experiments.variants(grid, "p")[1]]
+            assert judged == [False, True]
+        else:
+            with pytest.raises(ValueError, match="judged entry for g where .* matches no grid point"):
+                experiments.variants(grid, "p")
+
+
 def test_a_finished_run_whose_files_disagree_is_not_reused(tmp_path, capsys):
     """A DONE with no metrics used to be reused forever; now the grid trains the others and fails
     naming the run and the repair command."""
