@@ -26,7 +26,8 @@ How a row is decided, in this order (the first that applies wins):
    and on their validation states (`arm_reference`; Table 3's arms play 5 to 35 actions). Not the
    floor where exactly one arm sank more than the MDE below random play: it lost what random play
    keeps (a collapse: the paper's Sokoban StarPO-S ≈0.21 vs PPO ≈0, random play 0.19), which the
-   other arm did not; the row is judged and says so. Both sunk: the floor.
+   other arm did not, and the arms are more than the MDE apart; the row is judged and says so.
+   Both sunk: the floor.
 5. Collapse claims with an env: a censored run whose success never rose LEARN_MARGIN above the env's
    random play (peak of the 5-step training average and of validation) never learned, so it had
    nothing to lose and its holding says nothing about stability: its seed is left out of the
@@ -867,7 +868,9 @@ def judge(
         # paper's Sokoban rows are that case: StarPO-S ≈0.21 vs collapsed PPO ≈0, random play 0.19.
         sank = [x < f - claim.mde for x, f in ((row.a, fa[0]), (row.b, fb[0]))]
         if row.a <= fa[0] + claim.mde and row.b <= fb[0] + claim.mde:
-            if sank[0] == sank[1]:
+            # ... and only where the arms are apart by more than the MDE: two arms at 0, one under a
+            # random play that keeps less than the MDE, differ in nothing
+            if sank[0] == sank[1] or abs(row.a - row.b) <= claim.mde:
                 return replace(
                     row,
                     reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "

@@ -2,6 +2,7 @@
 
 import json
 import math
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -502,6 +503,12 @@ def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not()
     both_sank = runs_df({"a": 0.02, "b": 0.0})
     row = analysis.judge(both_sank, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm")
+    # both at 0, b's random play under the MDE (one action a turn, Table 3): b did not sink, but
+    # the arms are not apart, so still the floor
+    floors = {"a": (0.185, 1.0), "b": (0.0586, 1.0)}
+    with mock.patch.object(analysis, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
+        row = analysis.judge(runs_df({"a": 0.0, "b": 0.0}), claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm"), row.reason
 
 
 def test_each_arm_is_held_to_the_floor_and_ceiling_of_its_own_action_budget():
