@@ -17,8 +17,10 @@
 # # 05 · Rollout quality: diversity, interaction granularity, freshness (RAGEN Finding 6, Tables 2–3, Fig. 10)
 #
 # **Claim.** At a fixed budget of 128 episodes per step, more distinct initial states with fewer
-# responses each (about N = 4) train better than few states with many responses (Table 2).
-# Allowing 5–6 actions per turn is best and 7 or more hurts (Table 3). Fresh rollouts, regenerated
+# responses each (about N = 4) train better than few states with many responses (Table 2: 32×4
+# against 4×32, 25.4 vs 20.2 on the new-vocabulary Sokoban, 21.5 vs 18.0 on FrozenLake; the most
+# states, 128×1, is *worse* than 4×32 on FrozenLake, 12.5). Allowing 5–6 actions per turn is best
+# and 7 or more hurts (Table 3: 5 actions 28.1, 7 actions 22.3, 1 action 12.1). Fresh rollouts, regenerated
 # for every update, beat taking several updates from one larger rollout (Fig. 10, RAGEN's
 # online-k). All with StarPO-S on Sokoban, validated also on LargerSokoban, a new-vocabulary
 # Sokoban and FrozenLake (the generalisation columns of Table 2).
@@ -30,14 +32,17 @@ overrides = {}  # dotted config overrides applied to every run
 
 # %% [markdown]
 # ## Criterion, fixed before any result
-# Score: late validation success per seed, paired by seed. Table 2 is judged where the paper's
-# effect is, the generalisation columns (issue 16): on the new-vocabulary Sokoban and on FrozenLake
-# the most initial states with the fewest samples each beats the fewest states (MDE 0.1); on the
-# training env the same pair is an equivalence check (no worse by more than 0.1). Table 3: 5
-# actions per turn beats 7 and is no worse than 1 (margin 0.1). Fig. 10: online-1 beats online-5
-# and online-10 (MDE 0.1). Each row INCONCLUSIVE at the env's floor or ceiling or under-powered.
-# Headline: the two Table 2 generalisation rows. (The P×N arms are found from the data: the smoke
-# profile shrinks P and N.)
+# Score: late validation success per seed, paired by seed. Each MDE is at most the paper's own
+# effect, so NOT REPRODUCED excludes the effect the paper reports, not only a larger one. Table 2
+# is judged where the paper's effect is, the generalisation columns (issue 16): on the
+# new-vocabulary Sokoban and on FrozenLake the point with about 4 samples per state (32×4) beats
+# the fewest states (4×32), MDE 0.05 and 0.03 (the paper's +5.2 and +3.5 points); on the training
+# env the same pair is an equivalence check (no worse by more than 0.1). Table 3: 5 actions per
+# turn beats 7 (MDE 0.05; the paper's +5.8) and beats 1 (MDE 0.1; +16.0). Fig. 10: online-1 beats
+# online-5 and online-10 (MDE 0.1; the paper gives curves, no numbers). Each row INCONCLUSIVE at
+# the env's floor or ceiling or under-powered. Headline: the two Table 2 generalisation rows. (The
+# P×N arms are found from the data: the smoke profile shrinks P and N, so there the "about 4" arm
+# is the point whose N is nearest 4.)
 
 # %%
 import pandas as pd
@@ -56,18 +61,22 @@ def variant(r):
 
 
 def studies(df):
-    """The rows; Table 2's arms are the P×N points with the most and the fewest initial states."""
+    """The rows; Table 2's arms are the P×N point with N nearest 4 (the paper's best, 32×4; the
+    most states among ties) and the one with the fewest initial states (4×32)."""
     pxn = df[df["study"] == "pxn"]
-    most = {"variant": variant(pxn.loc[pxn["cfg.train.groups"].idxmax()])} if len(pxn) else {"variant": "?"}
+    near4 = pxn.assign(off=(pxn["cfg.train.group_size"] - 4).abs()).sort_values(
+        ["off", "cfg.train.groups"], ascending=[True, False]
+    )
+    most = {"variant": variant(near4.iloc[0])} if len(pxn) else {"variant": "?"}
     fewest = {"variant": variant(pxn.loc[pxn["cfg.train.groups"].idxmin()])} if len(pxn) else {"variant": "?"}
     c = analysis.Claim
     return [
         (
             c(
                 "table2 newvocab",
-                "Table 2: more states win on the new-vocabulary Sokoban",
+                "Table 2: more states, N ≈ 4, win on the new-vocabulary Sokoban",
                 "val/success/sokoban-newvocab",
-                0.1,
+                0.05,
                 env="sokoban-newvocab",
             ),
             most,
@@ -76,9 +85,9 @@ def studies(df):
         (
             c(
                 "table2 frozenlake",
-                "Table 2: more states win on FrozenLake",
+                "Table 2: more states, N ≈ 4, win on FrozenLake",
                 "val/success/frozenlake",
-                0.1,
+                0.03,
                 env="frozenlake",
             ),
             most,
@@ -87,7 +96,7 @@ def studies(df):
         (
             c(
                 "table2 train equivalence",
-                "Table 2: more states no worse on Sokoban itself",
+                "Table 2: more states, N ≈ 4, no worse on Sokoban itself",
                 "val/success",
                 0.1,
                 env="sokoban",
@@ -98,20 +107,12 @@ def studies(df):
             fewest,
         ),
         (
-            c("table3 5 vs 7", "Table 3: 5 actions/turn beat 7", "val/success", 0.1, env="sokoban"),
+            c("table3 5 vs 7", "Table 3: 5 actions/turn beat 7", "val/success", 0.05, env="sokoban"),
             {"variant": "5 actions/turn"},
             {"variant": "7 actions/turn"},
         ),
         (
-            c(
-                "table3 5 vs 1",
-                "Table 3: 5 actions/turn no worse than 1",
-                "val/success",
-                0.1,
-                env="sokoban",
-                kind="noninferiority",
-                margin=0.1,
-            ),
+            c("table3 5 vs 1", "Table 3: 5 actions/turn beat 1", "val/success", 0.1, env="sokoban"),
             {"variant": "5 actions/turn"},
             {"variant": "1 actions/turn"},
         ),
@@ -188,7 +189,7 @@ figures.append(plots.save(bar, profile, f"{finding}_table2"))
 
 # %%
 verdict = analysis.decide(
-    df, "more initial states, fewer samples each, generalise better (Table 2)", STUDIES, PRIMARY
+    df, "more initial states, about 4 samples each, generalise better (Table 2)", STUDIES, PRIMARY
 )
 verdict.figures = figures
 verdict_file = verdict.write(profile, df.attrs["wall_s"])

@@ -18,10 +18,11 @@
 #
 # **Claim.** With success-only rewards the length of the `<think>` reasoning falls during training
 # in every env, and BanditRev (where the arms' names mislead) keeps it longest (Fig. 11).
-# Reasoning helps generalisation: trained with `<think>`, the agent does at least as well on a
-# shifted env as one trained to answer directly (Table 4). The WebShop-lite report adds a
-# reasoning–action consistency bonus mixed into the advantage (λ = 0.4) to keep reasoning tied to
-# the actions; it should raise the consistency it rewards.
+# Reasoning helps generalisation: trained with `<think>`, the Bandit agent does better on held-out
+# arm names than one trained to answer directly (Table 4: 100.0 vs 81.3, and 67.6 vs 56.3 with the
+# names' symbolism reversed), and the Sokoban agent at least as well on FrozenLake (19.9 vs 19.5).
+# The WebShop-lite report adds a reasoning–action consistency bonus mixed into the advantage
+# (λ = 0.4) to keep reasoning tied to the actions; it should raise the consistency it rewards.
 
 # %% tags=["parameters"]
 profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
@@ -32,8 +33,10 @@ overrides = {}  # dotted config overrides applied to every run
 # ## Criterion, fixed before any result
 # (Fig. 11) per think run without the bonus, the least-squares slope of reasoning length (tokens
 # per step) is below 0 over seeds (MDE 0.05 tokens/step); BanditRev's late reasoning length beats
-# Bandit's (MDE 5 tokens). (Table 4) late validation success on the held-out env (Bandit and
-# BanditRev on held-out arm names, Sokoban→FrozenLake): think no worse than no-think (margin 0.1).
+# Bandit's (MDE 5 tokens). (Table 4) late validation success on the held-out env: on Bandit and
+# BanditRev (held-out arm names) think beats no-think (MDE 0.1, under the paper's +18.7 and +11.3
+# points); Sokoban→FrozenLake, where the paper's difference is 0.4 points, think no worse than
+# no-think (margin 0.1).
 # (Bonus) WebShop-lite late reasoning consistency with λ = 0.4 beats λ = 0 (MDE 0.05). Each row
 # INCONCLUSIVE at the held-out env's floor or ceiling, or under-powered; the Fig. 11 and Table 4
 # rows also when the think arm did not think (reasoning under one token a turn: an empty
@@ -87,12 +90,15 @@ STUDIES = [
         (
             c(
                 f"table4 {env}",
-                f"{env}→{shifted}: think generalises no worse than no-think",
+                f"{env}→{shifted}: think generalises "
+                + ("better than" if env.startswith("bandit") else "no worse than")
+                + " no-think",
                 f"val/success/{shifted}",
                 0.1,
                 env=shifted,
-                kind="noninferiority",
-                margin=0.1,
+                # Bandit: the paper's gains (+18.7, +11.3 points) are claims of superiority
+                kind="superiority" if env.startswith("bandit") else "noninferiority",
+                margin=0.0 if env.startswith("bandit") else 0.1,
                 mechanism="think",  # an empty <think></think> passes the format check
             ),
             think(env),
