@@ -137,6 +137,7 @@ def _warmup(args) -> int:
             "train.warmup is none, so there is no warm-up to run: pass --set train.warmup=format (or "
             "expert; self learns only from the model's own valid answers, which a small model may not give)"
         )
+    models.check(cfg.model.name, cfg.model.device)  # a missing file or CUDA: one line, as `run` says it
     t0 = time.perf_counter()
     policy, tok = models.load(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype)
     device = str(next(policy.parameters()).device)

@@ -511,7 +511,33 @@ class Config:
 
     def __post_init__(self):
         # Checks across sections: a bad combination fails here, before any model loads.
-        t, a = self.train, self.algo
+        t, a, r = self.train, self.algo, self.rollout
+        if r.max_new_tokens is None:
+            # the env's own budget (Bandit 500, others 400): RolloutConfig checked only a given one,
+            # so the default failed in the rollout, after the model loaded
+            for name in dict.fromkeys((self.env.name, *self.env.eval_envs)):
+                budget = envs.REGISTRY[name][0].max_new_tokens
+                if budget >= r.max_context_tokens:
+                    raise ValueError(
+                        f"{name}'s default of {budget} new tokens a turn (rollout.max_new_tokens unset) "
+                        f"leaves no room for the prompt in rollout.max_context_tokens="
+                        f"{r.max_context_tokens}. Raise max_context_tokens or set rollout.max_new_tokens"
+                    )
+        if a.advantage == "apo" and t.online_k > 1:
+            # stage 2 draws groups × group_size states a rollout, not online_k × as many, so A*-PO
+            # would play 1/k of the episodes and take 1/k of the optimizer steps of its k = 1 run
+            raise ValueError(
+                f"train.online_k={t.online_k} with A*-PO: its states are drawn per rollout without "
+                "the online-k multiple (the freshness study runs StarPO-S). Set train.online_k=1"
+            )
+        if a.advantage == "apo" and a.apo_adaptive and a.apo_ref_samples < 4:
+            # half the budget, at least 2 a state (a spread to see), goes uniformly first
+            raise ValueError(
+                f"algo.apo_adaptive=true with algo.apo_ref_samples={a.apo_ref_samples}: the adaptive "
+                "V* estimate spends half its samples (at least 2 a state) uniformly and the rest on the "
+                "states whose rewards vary, so it needs apo_ref_samples >= 4. Raise it, or set "
+                "algo.apo_adaptive=false"
+            )
         if a.advantage == "apo" and a.filter_keep < 1:
             raise ValueError("A*-PO samples one answer per state; the group filter needs algo.filter_keep=1")
         if (

@@ -822,10 +822,11 @@ class Run:
         if (self.path / name).exists():
             _atomic_write(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
 
-    def _quarantine(self, files: list[Path]) -> Path:
+    def _quarantine(self, files: list[Path], *, copy: bool = False) -> Path:
         """Move files into quarantine/<time>/ (results are never deleted); returns that folder. A
         second move of a file of the same name within the same second goes to <time>-2/, … (a resume
-        and a repair a moment apart would otherwise replace the first copy)."""
+        and a repair a moment apart would otherwise replace the first copy). `copy`: copy them
+        there instead, for a file about to be replaced in one rename (it never goes missing)."""
         stamp, n = time.strftime("%Y%m%d-%H%M%S"), 1
         box = self.path / QUARANTINE / stamp
         while any((box / f.relative_to(self.path)).exists() for f in files if f.exists()):
@@ -836,7 +837,10 @@ class Run:
                 box.mkdir(parents=True, exist_ok=True)
                 dest = box / f.relative_to(self.path)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(f, dest)
+                if copy:
+                    shutil.copy2(f, dest)
+                else:
+                    os.replace(f, dest)
         return box
 
     # --- repair ---------------------------------------------------------------------------------
@@ -852,7 +856,10 @@ class Run:
             saved_hash = None
         if self.folder_hash and saved_hash != self.folder_hash:
             original = self._recorded_config()
-            box = self._quarantine([cfg_file])
+            # Restoring: the edit is copied aside, then replaced in one rename, so a repair stopped
+            # half-way never leaves the run without a config.yaml (load, the grid and repair itself
+            # would no longer see it as a run).
+            box = self._quarantine([cfg_file], copy=original is not None)
             if original is not None:
                 shutil.copy(box / "config.yaml", self.path / "config.yaml.edited")
                 _atomic_write(cfg_file, yaml.safe_dump(original, sort_keys=False))

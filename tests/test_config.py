@@ -142,6 +142,19 @@ def test_a_preset_resolves_wherever_the_config_is_built():
         ({"algo.name": "apo", "algo.kl_coef": 0.01}, "Set algo.kl_in_reward=false .* or algo.kl_coef=0"),
         # one sample per group: every GRPO advantage is 0 (it trained on the entropy and KL terms)
         ({"algo.name": "starpo-grpo", "train.group_size": 1}, "every advantage is 0"),
+        # the env's default budget against the context: it failed in the rollout, after the load
+        ({"env.name": "sokoban", "rollout.max_context_tokens": 300}, "sokoban's default of 400 new tokens"),
+        (
+            {"env.name": "sokoban", "env.eval_envs": ["bandit"], "rollout.max_context_tokens": 450},
+            "bandit's default of 500 new tokens",
+        ),
+        # A*-PO drew no online-k multiple of states: 1/k of the episodes and optimizer steps
+        ({"algo.name": "apo", "train.online_k": 2, "train.group_size": 1}, "Set train.online_k=1"),
+        # n0 = 2 of 1 or 2 samples: a negative (crash after the model loaded) or no adaptive share
+        (
+            {"algo.name": "apo", "algo.apo_adaptive": True, "algo.apo_ref_samples": 2, "train.group_size": 1},
+            "needs apo_ref_samples >= 4",
+        ),
     ],
 )
 def test_cross_field_checks_fail_when_the_config_is_built(over, words):

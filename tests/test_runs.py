@@ -450,6 +450,32 @@ def test_hand_edited_config_is_explained_and_repair_restores_it(tmp_path):
         assert again.resume()[0] == 5
 
 
+def test_a_repair_stopped_while_restoring_the_config_leaves_a_config_yaml(tmp_path, monkeypatch):
+    """The edited config.yaml was moved to quarantine before the original was written back: a
+    repair stopped in between left a finished run without one, so load, the grid and repair itself
+    no longer saw a run there."""
+    run = trained(tmp_path / "runs" / "f" / runs.run_dir(tmp_path, "f", CFG).name, 5)
+    run.close()
+    cfg_file = run.path / "config.yaml"
+    cfg_file.write_text(cfg_file.read_text().replace("steps: 12", "steps: 50"))
+    real = runs._atomic_write
+
+    def stopped(path, text):
+        if path.name == "config.yaml":
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(runs, "_atomic_write", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        Run(run.path).repair()
+    assert "steps: 50" in cfg_file.read_text()  # still there: the edit, untouched
+    assert any(p.name == "config.yaml" for p in (run.path / runs.QUARANTINE).rglob("*"))
+    monkeypatch.undo()
+    assert "restored" in Run(run.path).repair()[0]
+    with Run(run.path, CFG) as again:
+        assert again.resume()[0] == 5
+
+
 def test_a_config_yaml_that_no_longer_parses_names_the_repair_and_repair_restores_it(tmp_path, capsys):
     """A damaged config.yaml raised a plain ValueError that named no repair (and the CLI printed a
     traceback), though `repair` restores it from the config the checkpoint recorded."""

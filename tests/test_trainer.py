@@ -530,6 +530,10 @@ def test_warmup_cli_prints_the_rates_and_refuses_none(capsys):
     assert "error: train.warmup is none, so there is no warm-up to run: pass --set train.warmup=format" in (
         capsys.readouterr().err
     )
+    if not torch.cuda.is_available():  # checked as `run` checks it (was a traceback from torch)
+        on_cuda = [x if x != "model.device=cpu" else "model.device=cuda" for x in base]
+        assert main(["warmup", "--set", *on_cuda, "train.warmup=format"]) == 2
+        assert "model.device=cuda: this machine has no CUDA" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("algo", ["starpo-grpo", "starpo-s"])
