@@ -115,31 +115,39 @@ class StopOnText:
     multi-byte characters, and the stops are ASCII). An id the tokenizer does not know (a model's
     vocabulary may be padded beyond it: Qwen2.5's 151,936 rows for 151,665 tokens) decodes to no
     text, so it leaves every state as it is, like any token without text.
+
+    `armed_by`: the stops count only once the text contains this string (its automaton runs beside
+    them, and one more state column says whether it has been seen). A turn in think mode is parsed
+    from its first `</think>` followed by `<answer>…</answer>`, so a `</answer>` the reasoning
+    quotes ("the format is <answer>Up</answer>") must not end it: armed by `</think>`.
     """
 
-    def __init__(self, tokenizer, stops: tuple[str, ...]):
-        if not stops or not all(stops):
-            raise ValueError(f"stop strings must be non-empty, got {stops!r}")
-        self.stops = tuple(stops)
+    def __init__(self, tokenizer, stops: tuple[str, ...], armed_by: str | None = None):
+        if not stops or not all(stops) or armed_by == "":
+            raise ValueError(f"stop strings must be non-empty, got {stops!r} (armed by {armed_by!r})")
+        self.stops, self.armed_by = tuple(stops), armed_by
+        automata = self.stops + ((armed_by,) if armed_by else ())
         vocab = [[i] for i in range(len(tokenizer))]
         # One more column, the last, read by every id past the tokenizer's (`step` clamps to it).
         texts = tokenizer.batch_decode(vocab, clean_up_tokenization_spaces=False) + [""]
         self.unknown = len(texts) - 1
-        tables = [_stop_tables(s, texts) for s in self.stops]
-        longest = max(map(len, self.stops))
+        tables = [_stop_tables(s, texts) for s in automata]
+        longest = max(map(len, automata))
         self.next = torch.stack([_pad_states(n, longest) for n, _ in tables])
         self.hit = torch.stack([_pad_states(h, longest) for _, h in tables])
         self._on = {}  # device -> (next, hit) there
 
     def start(self, rows: int, device) -> torch.Tensor:
-        """The automata's state for `rows` rows that have generated nothing yet: (rows, stops)."""
+        """The automata's state for `rows` rows that have generated nothing yet: (rows, automata),
+        plus, with `armed_by`, a last column: 1 once it was seen."""
         if device not in self._on:
             self._on[device] = (self.next.to(device, torch.long), self.hit.to(device))
-        return torch.zeros((rows, len(self.stops)), dtype=torch.long, device=device)
+        columns = len(self.next) + (1 if self.armed_by else 0)
+        return torch.zeros((rows, columns), dtype=torch.long, device=device)
 
     def step(self, state: torch.Tensor, new_tokens: torch.Tensor) -> torch.Tensor:
         """Feed each row's new token: advances `state` in place; (rows,) bool, True where the token
-        completes a stop string."""
+        completes a stop string (with `armed_by`: seen before it or in the same token)."""
         nxt, hit = self._on[state.device]
         done = torch.zeros_like(new_tokens, dtype=torch.bool)
         new_tokens = new_tokens.clamp(max=self.unknown)
@@ -147,6 +155,13 @@ class StopOnText:
             q = state[:, s]
             done |= hit[s, q, new_tokens]
             state[:, s] = nxt[s, q, new_tokens]
+        if self.armed_by:
+            a = len(self.stops)
+            q = state[:, a]
+            armed = state[:, a + 1].bool() | hit[a, q, new_tokens]
+            state[:, a] = nxt[a, q, new_tokens]
+            state[:, a + 1] = armed.long()
+            done &= armed
         return done
 
 
@@ -178,11 +193,11 @@ def _pad_states(table: torch.Tensor, states: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=8)
-def stop_on_text(tokenizer, stops: tuple[str, ...]) -> StopOnText:
-    """`StopOnText`, built once per tokenizer and stops: the tables read the whole vocabulary
-    (about 0.8 s for 49k tokens), and a run generates hundreds of batches (training,
+def stop_on_text(tokenizer, stops: tuple[str, ...], armed_by: str | None = None) -> StopOnText:
+    """`StopOnText`, built once per tokenizer, stops and `armed_by`: the tables read the whole
+    vocabulary (about 0.8 s for 49k tokens), and a run generates hundreds of batches (training,
     validation, warm-up, V* estimation)."""
-    return StopOnText(tokenizer, stops)
+    return StopOnText(tokenizer, stops, armed_by)
 
 
 @torch.no_grad()

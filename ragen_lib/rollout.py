@@ -289,7 +289,10 @@ def collect(
     responses: list[list[str]] = [[] for _ in episodes]
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(sample_seed)
-    stop = stop_on_text(tokenizer, ("</answer>",)) if cfg.stop_at_answer else None
+    # Think mode parses the answer after the first </think>: a </answer> quoted in the reasoning
+    # does not end the turn there (RAGEN generates to EOS; its regex skips such a quote).
+    armed_by = "</think>" if cfg.enable_think else None
+    stop = stop_on_text(tokenizer, ("</answer>",), armed_by) if cfg.stop_at_answer else None
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     max_new = episodes[0].max_new_tokens  # one env per batch
     # Each episode's KV cache lives from turn to turn: a turn prefills only the env's reply.

@@ -74,7 +74,7 @@ def test_a_row_whose_answer_ends_early_starts_its_next_turn_without_waiting(tiny
     episodes still playing, here where a stop string ends the answers at uneven lengths."""
     model, tok = tiny
     # The random model writes "a" now and then: answers of uneven lengths.
-    monkeypatch.setattr(rollout, "stop_on_text", lambda tok, stops: generation.StopOnText(tok, ("a",)))
+    monkeypatch.setattr(rollout, "stop_on_text", lambda tok, *_: generation.StopOnText(tok, ("a",)))
     cfg = dict(max_new_tokens=16, max_turns=3)
     counts = {}
     for batching in ("turn", "continuous"):

@@ -86,6 +86,27 @@ def test_stop_on_text_fires_on_the_token_that_completes_the_stop(tiny):
     assert "</answer>" not in tok.decode(ids[: fired_at - 1])
 
 
+def test_a_stop_armed_by_think_skips_an_answer_the_reasoning_quotes(tiny):
+    """Think mode parses the answer after the first </think>: stopping at a </answer> quoted in the
+    reasoning cut the turn before it, unparsed (-0.1, no action) where RAGEN, generating to EOS,
+    parses it."""
+    _, tok = tiny
+    text = " The format is <answer>Up</answer>, so</think><answer>Up || Left</answer> trailing"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    plain, armed = StopOnText(tok, ("</answer>",)), StopOnText(tok, ("</answer>",), armed_by="</think>")
+    cut = tok.decode(ids[: _first_stop(plain, ids)])  # a token may carry the next character
+    assert "<answer>Up</answer>" in cut and "</think>" not in cut
+    cut = tok.decode(ids[: _first_stop(armed, ids)])
+    assert "</think><answer>Up || Left</answer>" in cut and "trailing" not in cut
+    # a row re-started for its next turn (a zeroed state) is unarmed again
+    state = armed.start(1, torch.device("cpu"))
+    for i in ids:
+        armed.step(state, torch.tensor([i]))
+    state[0] = 0
+    quoted = tok(" <answer>Up</answer>", add_special_tokens=False)["input_ids"]
+    assert not any(armed.step(state, torch.tensor([i]))[0] for i in quoted)
+
+
 def test_stop_on_text_agrees_with_decoding_the_text_on_random_token_streams(tiny):
     """The device automaton against the definition (the first prefix whose decoded text contains a
     stop), on streams built from pieces that split the stops at every place, partial matches that
@@ -94,6 +115,7 @@ def test_stop_on_text_agrees_with_decoding_the_text_on_random_token_streams(tiny
     _, tok = tiny
     stops = ("</answer>", "</think>")
     stop = StopOnText(tok, stops)
+    armed, armed_fired = StopOnText(tok, ("</answer>",), armed_by="</think>"), 0
     pieces = ["<", "/", "a", "n", "s", "w", "e", "r", ">", "</", "answer", "></", "think", "<<", "</ans",
               "wer>", " </answer>", "x", " Up", "\n", "<think>", "</think>"]  # fmt: skip
     ids = [tok(p, add_special_tokens=False)["input_ids"] for p in pieces]
@@ -109,7 +131,20 @@ def test_stop_on_text_agrees_with_decoding_the_text_on_random_token_streams(tiny
         )
         assert _first_stop(stop, stream) == want, tok.decode(stream)
         fired += want is not None
+        # armed by </think>: the first token that completes a </answer> once </think> was written
+        texts = [tok.decode(stream[:n]) for n in range(len(stream) + 1)]
+        want = next(
+            (
+                n
+                for n in range(1, len(stream) + 1)
+                if texts[n].count("</answer>") > texts[n - 1].count("</answer>") and "</think>" in texts[n]
+            ),
+            None,
+        )
+        assert _first_stop(armed, stream) == want, texts[-1]
+        armed_fired += want is not None
     assert 50 < fired < 250  # both outcomes are exercised
+    assert 10 < armed_fired < fired
 
 
 def test_checking_liveness_every_few_steps_changes_no_output(tiny, monkeypatch):

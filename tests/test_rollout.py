@@ -230,3 +230,28 @@ def test_demo_and_zeroshot_refuse_bad_numbers_before_the_model_loads(argv, messa
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batching", ["turn", "continuous"])
+def test_an_answer_quoted_in_the_reasoning_does_not_end_the_turn(tiny, monkeypatch, batching):
+    """The Sokoban and FrozenLake instructions show `<answer>…</answer>`, which a model may quote
+    while it reasons. Stopping at that first </answer> cut the turn unparsed (-0.1, no action),
+    where RAGEN, generating to EOS, parses the answer after </think>."""
+    from ragen_lib import engine, generation
+
+    model, tok = tiny
+    reply = " The format is <answer>Up</answer>, so I push.</think><answer>Up || Left</answer>"
+    script = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    calls = {}
+
+    def scripted(logits, temperature, generator):
+        step = calls.setdefault("step", 0)
+        calls["step"] += 1
+        return torch.full((logits.shape[0],), script[min(step, len(script) - 1)], dtype=torch.long)
+
+    monkeypatch.setattr(generation, "sample", scripted)
+    monkeypatch.setattr(engine, "sample", scripted)
+    cfg = RolloutConfig(max_new_tokens=len(script) + 4, max_turns=1, batching=batching)
+    b = collect(model, tok, "sokoban", [0], 1, cfg, sample_seed=0)
+    assert b.format_valid_rate == 1.0, b.transcript(0)
+    assert "</think><answer>Up || Left</answer>" in b.transcript(0)
