@@ -199,6 +199,9 @@ def test_parse_action_rejects_malformed(text):
         (" Click : P41 \n", "click:p41"),
         ("  Search:Red Shoe ", "search:red shoe"),
         ("SEARCH: red   large  shoe", "search:red large shoe"),
+        # copied from a results line, punctuation and all (was a format error: -0.1, nothing ran)
+        ("search: metro red shoe, size large", "search:metro red shoe size large"),
+        ("search:men's (blue) shoe!", "search:men s blue shoe"),
     ],
 )
 def test_parse_action_accepts_variants(text, canonical):

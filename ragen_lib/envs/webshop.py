@@ -19,6 +19,9 @@ ATTRIBUTES = ("colour", "size", "category")
 _ACTION = re.compile(r"^\s*(search|click|buy)\s*:\s*(.*?)\s*$", re.IGNORECASE | re.DOTALL)
 # Queries are plain lower-case ASCII words: rejects non-ASCII, tags and newlines the model leaks.
 _QUERY = re.compile(r"^[a-z0-9 $.\-]{1,100}$")
+# Punctuation a query copied from the shop's own listings carries ("metro red shoe, size large",
+# "men's"): read as a space, as the search reads titles without their commas.
+_QUERY_PUNCTUATION = re.compile(r"[,;:'\"()!?]")
 MAX_ACTION_CHARS = 200
 
 
@@ -154,7 +157,7 @@ class WebShopEnv(TextEnv):
             return None
         verb, arg = m.group(1).lower(), m.group(2).strip().lower()
         if verb == "search":
-            query = " ".join(arg.split())  # collapse runs of spaces to one canonical form
+            query = " ".join(_QUERY_PUNCTUATION.sub(" ", arg).split())  # one canonical form
             return f"search:{query}" if _QUERY.match(query) else None
         return f"{verb}:{arg}" if arg in self.by_id else None
 
