@@ -196,6 +196,16 @@ class EnvConfig:
             seen.add(name)
         fields = envs.env_fields(self.name)
         _check_keys("env.kwargs.", self.kwargs, fields, f"field(s) of env {self.name!r}")
+        # An exponent without a dot ("5e-1") is text to YAML 1.1, as for the dataclass fields
+        # (`_coerce`): a number where the env's default is one, so both spellings hash alike.
+        numeric = {k: v for k, v in self.kwargs.items() if isinstance(v, str) and _is_number_field(fields[k])}
+        for key, value in numeric.items():
+            try:
+                number = float(value)
+            except ValueError:
+                continue  # left for the kind check below, which names the field
+            is_int = isinstance(fields[key], int) and number.is_integer()
+            object.__setattr__(self, "kwargs", {**self.kwargs, key: int(number) if is_int else number})
         for key, value in self.kwargs.items():  # else the env's own checks fail on the type, obscurely
             want = _wrong_kind(value, fields[key])
             if want is not None:
@@ -966,6 +976,10 @@ _FIELD_KINDS = (
     (list | tuple, "a list"),
 )
 """What an env field takes, by its default's type (bool first: it is an int too)."""
+
+
+def _is_number_field(default) -> bool:
+    return isinstance(default, int | float) and not isinstance(default, bool)
 
 
 def _wrong_kind(value, default) -> str | None:

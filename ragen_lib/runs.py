@@ -812,8 +812,26 @@ class Run:
             samples = self.samples()
             if any(r["step"] > keep for r in samples):
                 self._rewrite("samples.jsonl", [r for r in samples if r["step"] <= keep])
-        except CorruptRunError:
-            self._quarantine([self.path / "samples.jsonl"])
+        except CorruptRunError as e:
+            # Samples have no checkpoint copy: keep every line that still reads (to the checkpoint),
+            # the whole file copied aside first; the damaged one was all there was to lose.
+            file = self.path / "samples.jsonl"
+            moved = self._quarantine([file], copy=True)
+            good = []
+            for line in file.read_bytes().split(b"\n"):
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= keep:
+                    good.append(row)
+            _atomic_write(file, "".join(json.dumps(r) + "\n" for r in good))
+            warnings.warn(
+                f"{e.args[0].split('. ')[0]}: kept the {len(good)} samples that read, of steps to "
+                f"{keep} (the old file is kept in {moved})",
+                RunStoreWarning,
+                stacklevel=2,
+            )
         self._last_step = None
         self._resumed = (step, state)
         return step, state

@@ -63,6 +63,13 @@ def test_exponents_without_a_dot_are_numbers_and_text_in_a_number_field_is_named
         from_dict({}, ["train.actor_lr=fast"])
     with pytest.raises(ValueError, match="train.steps must be an integer, got '2.5'"):
         from_dict({"train": {"steps": "2.5"}})
+    # and in env.kwargs, where the env's default is a number (refused as "a str" before), hashed as
+    # the number it is
+    c = from_dict({}, ["env.kwargs.high_risk_p=5e-1"])
+    assert (
+        c.env.kwargs == {"high_risk_p": 0.5}
+        and c.hash() == from_dict({}, ["env.kwargs.high_risk_p=0.5"]).hash()
+    )
 
 
 def test_override_without_equals_sign_says_how():

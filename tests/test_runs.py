@@ -158,6 +158,22 @@ def test_resume_trims_steps_after_the_checkpoint(tmp_path):
         again.log(6, {"a": 6})  # continuing is allowed again
 
 
+def test_a_damaged_sample_line_costs_that_line_not_the_file(tmp_path):
+    """A sample line that no longer parsed sent the whole samples.jsonl to quarantine, silently:
+    every earlier step's samples were gone from the run (samples have no checkpoint copy)."""
+    run = trained(tmp_path / "r", 7)  # checkpoint at 5, steps 6-7 logged after it
+    run.close()
+    lines = (run.path / "samples.jsonl").read_text().splitlines(keepends=True)
+    lines[2] = "garbage\n"
+    (run.path / "samples.jsonl").write_text("".join(lines))
+    with Run(run.path, CFG) as again:
+        with pytest.warns(RunStoreWarning, match="line 3, is not a metric line: kept the 5 samples") as got:
+            assert again.resume()[0] == 5
+        assert "quarantine" in str(got[0].message)
+        assert [r["step"] for r in again.samples()] == [0, 1, 3, 4, 5]
+    assert "garbage" in next((run.path / "quarantine").rglob("samples.jsonl")).read_text()
+
+
 def test_resume_before_the_first_checkpoint_says_the_logged_steps_are_redone(tmp_path):
     run = trained(tmp_path / "r", 1)  # steps 0-1 logged, the first checkpoint would come at step 2
     run.close()
