@@ -76,7 +76,7 @@ import numpy as np
 import pandas as pd
 
 from ragen_lib import models, runs
-from ragen_lib.metrics import natural_key
+from ragen_lib.metrics import format_rate_of, natural_key
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 PILOT = "PILOT"  # run at pilot scale in this profile: figures and numbers, no verdict
@@ -383,16 +383,29 @@ class Row:
     models: list = field(default_factory=list)  # cfg.model.name of the rows judged
     power: str = ""
     criterion: str = ""
+    # A success row's late format-valid rate per arm, on the same episodes (None: not a success row
+    # or not logged): with the small model a success gap may be a format gap.
+    format_valid: tuple[float | None, float | None] | None = None
 
     def __str__(self) -> str:
         effect = ""
         if self.effect == self.effect:
             ci = "" if self.ci[0] != self.ci[0] else f" [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}]"
             effect = f" effect {self.effect:+.3g}{ci} (a {_fmt(self.a)}, b {_fmt(self.b)})"
+        if self.format_valid:
+            effect += "; " + format_text(self)
         return (
             f"{self.status}: {self.claim}{effect}\n    why: {self.reason}\n    design: {design(self)}; "
             f"{self.power}"
         )
+
+
+def format_text(row: Row) -> str:
+    """ "late format-valid a 0.9, b 0.5" for a success row, else ""."""
+    if not row.format_valid:
+        return ""
+    fa, fb = row.format_valid
+    return f"late format-valid a {_fmt(fa)}" + (f", b {_fmt(fb)}" if fb is not None else "")
 
 
 def design(row: Row) -> str:
@@ -861,6 +874,7 @@ def judge(
         )
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
+    row.format_valid = _late_format(A, None if b is None else B, claim.metric)
     floor_note = ""
     if claim.score not in ("collapse", "lead") and b is not None and fa is not None:
         # An arm more than the MDE below random play lost what random play keeps (answers out of
@@ -918,6 +932,22 @@ def judge(
     )
     status, reason = _decision(row.ci, sa, sb, claim, paired)
     return replace(row, status=status, reason=reason + note)
+
+
+def _late_format(A: pd.DataFrame, B: pd.DataFrame | None, metric: str):
+    """Each arm's late format-valid rate beside a success metric (mean over seeds of the last third
+    of its points, as a late score), or None where there is none to show."""
+    rate = format_rate_of(metric)
+    if rate is None or rate not in A:
+        return None
+
+    def late(part: pd.DataFrame | None) -> float | None:
+        if part is None:
+            return None
+        s = seed_scores(part, Claim("format", "", rate, mde=0.0))["score"].dropna()
+        return float(s.mean()) if len(s) else None
+
+    return late(A), late(B)
 
 
 def _drop_unscored(
@@ -1283,7 +1313,9 @@ def report(profile: str) -> Path:
             )
             status = "PILOT (no verdict)" if r["status"] == PILOT else r["status"]
             status = f"stale {status}" if stale else status
-            d = design(Row(**{**r, "ci": tuple(r["ci"])}))
+            row = Row(**{**r, "ci": tuple(r["ci"])})
+            d, fv = design(row), format_text(row)
+            effect = f"{effect}; {fv}" if effect and fv else effect or fv
             lines.append(
                 f"| {name} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
                 f"{r['power']} | {d} | |"

@@ -205,6 +205,17 @@ def label(name: str) -> str:
     return f"{METRICS[base].label} on {env}" if base in METRICS and name.startswith("val/") else name
 
 
+def format_rate_of(success: str) -> str | None:
+    """The format-valid rate measured on the same episodes as a success metric: rollout/success →
+    rollout/format_valid, val/success[/env] → val/format_valid[/env]; None for any other metric.
+    With a small model a success number may be format learning: this rate says which."""
+    if success == "rollout/success":
+        return "rollout/format_valid"
+    if success.startswith("val/success"):
+        return success.replace("val/success", "val/format_valid", 1)
+    return None
+
+
 def natural_key(value) -> tuple:
     """Sort key that orders the numbers inside labels by value: "top 25%" < "top 100%", "k=2" < "k=10",
     "P=1×N=11" < "P=16×N=1". The order of every figure's legend and every late-score table."""

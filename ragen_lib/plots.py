@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from ragen_lib import models, runs
-from ragen_lib.metrics import label, natural_key
+from ragen_lib.metrics import format_rate_of, label, natural_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = "cfg.train.seed"
@@ -111,9 +111,7 @@ def with_format_rates(metrics: list[str], df: pd.DataFrame) -> list[str]:
     each validation success's own (val/success[/env] → val/format_valid[/env], where logged). With
     the small model a success curve may be format learning; its format-valid rate says which."""
     shown = [m for m in metrics if m in df]
-    formats = ["rollout/format_valid"] + [
-        m.replace("val/success", "val/format_valid", 1) for m in shown if m.startswith("val/success")
-    ]
+    formats = ["rollout/format_valid"] + [format_rate_of(m) for m in shown if m.startswith("val/success")]
     return shown + [f for f in formats if f not in shown and (f in df or f == "rollout/format_valid")]
 
 

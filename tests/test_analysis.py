@@ -1034,3 +1034,29 @@ def test_the_power_check_counts_validation_states_once_however_often_they_are_re
     train = analysis.Claim("x", "a > b", "rollout/success", mde=0.1)  # training: fresh episodes each step
     pts = pd.DataFrame({"seed": [0, 1, 2], "score": 0.5, "points": [np.full(10, 0.5)] * 3, "n": 32})
     assert analysis.underpowered(train, 3, pts) is None
+
+
+def test_a_success_row_prints_each_arms_late_format_valid_rate(tmp_path, monkeypatch):
+    """With the small model a success gap may be a format gap: every success row says each arm's
+    late format-valid rate on the same episodes (validation's for a val/ metric)."""
+    df = runs_df({"a": 0.6, "b": 0.3})
+    df["val/format_valid"] = np.where(df["arm"] == "a", 0.9, np.where(df["step"] < 20, 0.2, 0.5))
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.format_valid == (0.9, 0.5)  # b's last third (steps 20-29) only
+    assert "late format-valid a 0.9, b 0.5" in str(row)
+    training = analysis.Claim("train", "a beats b", "rollout/success", mde=0.1)
+    assert analysis.judge(df, training, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).format_valid == (
+        1.0,
+        1.0,
+    )
+    length = analysis.Claim("len", "a longer", "rollout/format_valid", mde=0.1)  # not a success metric
+    assert analysis.judge(df, length, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None).format_valid is None
+    assert "format-valid a" not in str(
+        analysis.judge(
+            df.drop(columns="val/format_valid"), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT
+        )
+    )
+    # and REPORT.md carries it beside the effect
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    analysis.Verdict("09_x", "a claim", [row], primary=["late"]).write("smoke")
+    assert "late format-valid a 0.9, b 0.5 |" in analysis.report("smoke").read_text()
