@@ -899,6 +899,7 @@ class Run:
                 done.append(f"checkpoint moved to {box}: {str(e).split('. ')[0]}")
             else:
                 done += self._drop_uncovered_checkpoint(newest, step, state)
+        done += self._cut_torn_tail_of_finished()
         problems = self.problems()
         if problems:
             usable = self.checkpoint_file() is not None
@@ -919,6 +920,24 @@ class Run:
                     done.append(f"{str(e).split('. ')[0]}: moved to {box}; the run trains again from step 0")
                 # with a checkpoint, resume restores the metrics from its copy
         return done
+
+    def _cut_torn_tail_of_finished(self) -> list[str]:
+        """A finished run whose metrics hold every step, then an incomplete line: only that line is
+        wrong, so only it goes (the file copied aside first); the run stays finished. Without this,
+        repair moved DONE aside and the whole run trained again from step 0."""
+        file = self.path / "metrics.jsonl"
+        if not self.done or not file.exists():
+            return []
+        try:
+            rows, tail = self._read("metrics.jsonl")
+        except CorruptRunError:
+            return []
+        if not tail or [r["step"] for r in rows] != self.schedule:
+            return []
+        box = self._quarantine([file], copy=True)
+        raw = file.read_bytes()
+        _atomic_write(file, raw[: len(raw) - len(tail)].decode())
+        return [f"{file} ended in an incomplete line after its last step: cut (the file is kept in {box})"]
 
     def _drop_uncovered_checkpoint(self, newest: Path, step: int, state: dict) -> list[str]:
         """An older-format checkpoint (no copy of the metrics) whose steps 0..step the metrics no

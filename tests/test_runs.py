@@ -411,6 +411,22 @@ def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, dam
     assert list((run.path / "quarantine").rglob("DONE"))  # moved aside, not deleted
 
 
+def test_repair_cuts_only_a_torn_line_after_a_finished_runs_last_step(tmp_path):
+    """Every step 0..N-1 logged, DONE valid, then an incomplete line: repair moved DONE, metrics and
+    samples aside and the whole run trained again, for one line that was not a step of it."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done()
+    run.close()
+    whole = (run.path / "metrics.jsonl").read_bytes()
+    with open(run.path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 12, "a"')
+    assert Run(run.path).problems()  # seen as damage, and the grid would not reuse it
+    actions = Run(run.path).repair()
+    assert len(actions) == 1 and "incomplete line after its last step: cut" in actions[0]
+    assert run.done and Run(run.path).problems() == [] and (run.path / "metrics.jsonl").read_bytes() == whole
+    assert b'"step": 12' in next((run.path / "quarantine").rglob("metrics.jsonl")).read_bytes()
+
+
 def test_load_warns_and_never_returns_a_short_run_as_finished(tmp_path):
     good = trained(runs.run_dir(tmp_path, "f", CFG), 11)
     good.mark_done()
