@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import math
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -250,12 +251,20 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             if crossed and step != last:  # the last step needs none: DONE follows
                 run.save_checkpoint(
                     step,
-                    _checkpoint(policy, reference, opt, critic, critic_opt, skipped, v_star, cfg),
+                    {
+                        **_checkpoint(policy, reference, opt, critic, critic_opt, skipped, v_star, cfg),
+                        "processes": ranks.world,  # the sampling streams depend on it (_resume)
+                    },
                 )
         _stop_if_diverged(skipped, t, step, run)
     if run is not None and not run.done:
         run.mark_done(
-            {"final": rows[-1] if rows else {}, "commit": runs.git_commit(), "device": M.device_name(device)},
+            {
+                "final": rows[-1] if rows else {},
+                "commit": runs.git_commit(),
+                "device": M.device_name(device),
+                "processes": ranks.world,
+            },
             final_weights=_final_weights(policy, critic) if t.keep_final_weights else None,
         )
     ranks.barrier()  # the others leave once rank 0 has written its last checkpoint
@@ -646,6 +655,18 @@ def _resume(run, ranks: Ranks):
     start, ckpt = ranks.broadcast((start, ckpt))
     if state is None and ckpt is not None:
         state = runs.read_state(ckpt)  # weights_only: a planted file cannot run code
+    written_by = None if state is None else state.get("processes")  # older checkpoints: unrecorded
+    if ranks.main and written_by is not None and written_by != ranks.world:
+        # Each process samples its share of the groups with sample_seed + rank, so the split is part
+        # of the random stream: the same distribution, not the same numbers.
+        warnings.warn(
+            f"{run.path}: its checkpoint was written by {written_by} process(es) and resumes with "
+            f"{ranks.world}: from step {start + 1} its rollouts are sampled from other streams than an "
+            f"uninterrupted {written_by}-process run's (the same distribution, not the same numbers). "
+            f"Resume with {written_by} to continue it exactly",
+            runs.RunStoreWarning,
+            stacklevel=2,
+        )
     return start, state
 
 

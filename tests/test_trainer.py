@@ -663,3 +663,30 @@ def test_cli_refuses_a_finding_that_is_not_one_folder_name(tmp_path, capsys):
             and f"argument --finding: {bad!r} is not one folder name" in capsys.readouterr().err
         )
     assert not any(tmp_path.iterdir())
+
+
+def test_resuming_with_another_process_count_says_the_streams_differ():
+    """Each process samples its share with sample_seed + rank, so a checkpoint of a 2-process run
+    resumed by 1 process continues on other random streams: said, not silent (the run key does not
+    hold the process count: the same config, the same distribution)."""
+    import warnings as w
+    from types import SimpleNamespace
+
+    from ragen_lib import runs as R
+    from ragen_lib.trainer import _resume
+
+    class OneProcess:
+        world, main = 1, True
+
+        def broadcast(self, x):
+            return x
+
+    def run_with(state):
+        return SimpleNamespace(path="runs/x", resume=lambda: (4, state), checkpoint_file=lambda: "ckpt")
+
+    with pytest.warns(R.RunStoreWarning, match="written by 2 process.*resumes with 1: from step 5"):
+        assert _resume(run_with({"processes": 2}), OneProcess())[0] == 4
+    with w.catch_warnings():
+        w.simplefilter("error")
+        _resume(run_with({"processes": 1}), OneProcess())
+        _resume(run_with({}), OneProcess())  # a checkpoint from before it was recorded
