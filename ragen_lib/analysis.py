@@ -26,8 +26,8 @@ How a row is decided, in this order (the first that applies wins):
    and on their validation states (`arm_reference`; Table 3's arms play 5 to 35 actions). Not the
    floor where exactly one arm sank more than the MDE below random play: it lost what random play
    keeps (a collapse: the paper's Sokoban StarPO-S ≈0.21 vs PPO ≈0, random play 0.19), which the
-   other arm did not, and the arms are more than the MDE apart; the row is judged and says so.
-   Both sunk: the floor.
+   other arm did not, scores below the other and more than the MDE apart; the row is judged and
+   says so. Both sunk: the floor.
 5. Collapse claims with an env: a censored run whose success never rose LEARN_MARGIN above the env's
    random play (peak of the 5-step training average and of validation) never learned, so it had
    nothing to lose and its holding says nothing about stability: its seed is left out of the
@@ -725,9 +725,13 @@ def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | 
 
 
 def _select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    """The rows of one arm. A run two grid points share appears once per point's labels
+    (`experiments.label_rows`); a selector that does not split them keeps its steps once, not twice."""
     part = df
     for col, value in where.items():
         part = part[part[col].isin(value) if isinstance(value, list | tuple | set) else part[col] == value]
+    if {"run_id", "step"} <= set(part.columns):
+        part = part.drop_duplicates(["run_id", "step"])
     return part
 
 
@@ -882,9 +886,11 @@ def judge(
         # paper's Sokoban rows are that case: StarPO-S ≈0.21 vs collapsed PPO ≈0, random play 0.19.
         sank = [x < f - claim.mde for x, f in ((row.a, fa[0]), (row.b, fb[0]))]
         if row.a <= fa[0] + claim.mde and row.b <= fb[0] + claim.mde:
-            # ... and only where the arms are apart by more than the MDE: two arms at 0, one under a
-            # random play that keeps less than the MDE, differ in nothing
-            if sank[0] == sank[1] or abs(row.a - row.b) <= claim.mde:
+            # ... and only where the arms are apart by more than the MDE (two arms at 0, one under a
+            # random play that keeps less than the MDE, differ in nothing) and the one that sank is
+            # the lower (with floors of their own, an arm can sink below its higher floor and still
+            # score above the other: its lead is then its bigger action budget, not a collapse)
+            if sank[0] == sank[1] or abs(row.a - row.b) <= claim.mde or sank[0] != (row.a < row.b):
                 return replace(
                     row,
                     reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "

@@ -58,7 +58,8 @@ class RolloutConfig:
     temperature: float = 1.0
     """Sampling temperature for training rollouts; 0 is greedy. RAGEN validates at 0.5."""
     stop_at_answer: bool = True
-    """End a turn's generation at `</answer>` rather than running to EOS or the token limit."""
+    """End a turn's generation at `</answer>` rather than running to EOS or the token limit; in think
+    mode at the first one written after `</think>` (one the reasoning quotes does not end it)."""
     enable_think: bool = True
     """`<think>…</think><answer>…</answer>` when True; `<answer>…</answer>` only (no-think) when False."""
     prefill: bool = True
@@ -204,6 +205,8 @@ class EnvConfig:
                 number = float(value)
             except ValueError:
                 continue  # left for the kind check below, which names the field
+            if not math.isfinite(number):
+                continue  # nan, inf: refused as the dataclass fields refuse them (below)
             is_int = isinstance(fields[key], int) and number.is_integer()
             object.__setattr__(self, "kwargs", {**self.kwargs, key: int(number) if is_int else number})
         for key, value in self.kwargs.items():  # else the env's own checks fail on the type, obscurely
@@ -540,12 +543,12 @@ class Config:
                 f"train.online_k={t.online_k} with A*-PO: its states are drawn per rollout without "
                 "the online-k multiple (the freshness study runs StarPO-S). Set train.online_k=1"
             )
-        if a.advantage == "apo" and a.apo_adaptive and a.apo_ref_samples < 4:
+        if a.advantage == "apo" and a.apo_adaptive and a.apo_ref_samples < 3:
             # half the budget, at least 2 a state (a spread to see), goes uniformly first
             raise ValueError(
                 f"algo.apo_adaptive=true with algo.apo_ref_samples={a.apo_ref_samples}: the adaptive "
-                "V* estimate spends half its samples (at least 2 a state) uniformly and the rest on the "
-                "states whose rewards vary, so it needs apo_ref_samples >= 4. Raise it, or set "
+                "V* estimate spends half its samples, at least 2 a state, uniformly and the rest on the "
+                "states whose rewards vary, so it needs apo_ref_samples >= 3. Raise it, or set "
                 "algo.apo_adaptive=false"
             )
         if a.advantage == "apo" and a.filter_keep < 1:

@@ -429,10 +429,10 @@ def _assigned(source: str) -> set[str]:
 def samples(df):
     """The trajectory samples of the runs in `df` (a `run_finding` result), with its labels."""
     s = runs.load_samples(df.attrs["root"], df.attrs["finding"], set(df["run_id"]))
-    keys = df.drop_duplicates("run_id").set_index("run_id")
-    for col in [c for c in df.columns if c.startswith("cfg.") or c in ("study",)]:
-        s[col] = s["run_id"].map(keys[col])
-    return s
+    cols = [c for c in df.columns if c.startswith("cfg.") or c in ("study",)]
+    # a run two grid points share: its samples once per point's labels, as its metrics (label_rows)
+    keys = df.drop_duplicates(["run_id", *(["study"] if "study" in df else [])])[["run_id", *cols]]
+    return s.drop(columns=[c for c in cols if c in s]).merge(keys, on="run_id", how="left")
 
 
 # ----------------------------------------------------------------------------------------------

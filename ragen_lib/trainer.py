@@ -661,7 +661,7 @@ def _resume(run, ranks: Ranks):
         # of the random stream: the same distribution, not the same numbers.
         warnings.warn(
             f"{run.path}: its checkpoint was written by {written_by} process(es) and resumes with "
-            f"{ranks.world}: from step {start + 1} its rollouts are sampled from other streams than an "
+            f"{ranks.world}: after step {start} its rollouts are sampled from other streams than an "
             f"uninterrupted {written_by}-process run's (the same distribution, not the same numbers). "
             f"Resume with {written_by} to continue it exactly",
             runs.RunStoreWarning,

@@ -509,6 +509,15 @@ def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not()
     with mock.patch.object(analysis, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
         row = analysis.judge(runs_df({"a": 0.0, "b": 0.0}), claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm"), row.reason
+    # the arm that sank must be the lower one: 25 actions (random play 0.288) at 0.17 sank below its
+    # floor yet beats 5 actions (0.114) at 0.044, a lead its budget gives (Table 3's 5 vs 1)
+    floors = {"a": (0.288, 1.0), "b": (0.114, 1.0)}
+    budget = runs_df(
+        {"a": lambda seed, step: 0.16 + 0.005 * seed, "b": lambda seed, step: 0.04 + 0.002 * seed}
+    )
+    with mock.patch.object(analysis, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
+        row = analysis.judge(budget, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm"), row.reason
 
 
 def test_each_arm_is_held_to_the_floor_and_ceiling_of_its_own_action_budget():

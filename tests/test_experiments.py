@@ -892,3 +892,26 @@ def test_a_run_two_grid_points_share_serves_both_studies():
     pxn_points = {(cfg_of[r].train.groups, cfg_of[r].train.group_size) for r in pxn["run_id"]}
     assert pxn_points == {(4, 32), (8, 16), (16, 8), (32, 4), (64, 2), (128, 1)}
     assert pxn["run_id"].nunique() == 30 and out[out["study"] == "online"]["run_id"].nunique() == 20
+    # an arm whose selector does not split the shared run's label sets reads its steps once
+    from ragen_lib import analysis
+
+    one = out[out["run_id"] == next(r for r, sets in wanted.items() if len(sets) > 1)]
+    assert len(one) == 4 and len(analysis._select(one, {"step": [0, 1]})) == 2
+
+
+def test_samples_of_a_run_two_grid_points_share_carry_both_labels(tmp_path):
+    def fake_train(cfg, run):
+        for s in range(cfg.train.steps):
+            run.log(s, {"rollout/success": 0.5})
+            run.log_samples(s, [{"text": f"seed {cfg.train.seed} step {s}"}])
+        run.mark_done()
+
+    cfgs = seeds(0, 1)
+    experiments.run_grid(tmp_path, "f", cfgs, fake_train, progress=False)
+    pairs = [(cfgs[0], {"study": "pxn"}), (cfgs[0], {"study": "online"}), (cfgs[1], {"study": "pxn"})]
+    wanted = experiments.grid_labels(tmp_path, "f", pairs)
+    df = experiments.label_rows(runs.load(tmp_path, "f"), wanted)
+    df.attrs.update(root=str(tmp_path), finding="f")
+    got = experiments.samples(df)
+    assert sorted(got.groupby("study")["run_id"].nunique().items()) == [("online", 1), ("pxn", 2)]
+    assert len(got) == 3 * CFG.train.steps and set(got["cfg.train.seed"]) == {0, 1}

@@ -299,6 +299,7 @@ def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path):
     assert run.done and [m["step"] for m in run.metrics()] == [0, 1] and run.problems() == []
     done = json.loads((run.path / runs.DONE).read_text())
     assert done["device"] == "cpu" and done["commit"] == runs.git_commit() != ""  # provenance
+    assert done["processes"] == 1  # part of the sampling streams (a resume with another count warns)
     assert done["config_hash"] == cfg.hash() and done["final"]["step"] == 1
     samples = (run.path / "samples.jsonl").read_text().splitlines()
     assert samples and "transcript" in json.loads(samples[0])
@@ -354,7 +355,7 @@ def test_every_checkpoint_loads_as_plain_tensors_and_its_size_is_planned(tmp_pat
     trainer.train(cfg, runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg), progress=False)
     [ckpt] = kept  # steps 0 and 1: the last step needs no checkpoint (DONE follows)
     state = torch.load(ckpt, weights_only=True)
-    assert state["step"] == 0 and state["config_hash"] == cfg.hash()
+    assert state["step"] == 0 and state["config_hash"] == cfg.hash() and state["processes"] == 1
     assert ("critic" in state) == cfg.algo.critic and ("reference" in state) == (cfg.train.warmup != "none")
     assert ("v_star" in state) == (cfg.algo.advantage == "apo")
     planned = experiments.checkpoint_bytes(cfg)
@@ -684,7 +685,7 @@ def test_resuming_with_another_process_count_says_the_streams_differ():
     def run_with(state):
         return SimpleNamespace(path="runs/x", resume=lambda: (4, state), checkpoint_file=lambda: "ckpt")
 
-    with pytest.warns(R.RunStoreWarning, match="written by 2 process.*resumes with 1: from step 5"):
+    with pytest.warns(R.RunStoreWarning, match="written by 2 process.*resumes with 1: after step 4"):
         assert _resume(run_with({"processes": 2}), OneProcess())[0] == 4
     with w.catch_warnings():
         w.simplefilter("error")
