@@ -38,8 +38,11 @@ overrides = {}  # dotted config overrides applied to every run
 # One row per run and indicator (in-group reward std, entropy): the lead is positive over
 # seeds (MDE 2 steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with
 # fewer than 3 seeds that did; a run that did not collapse has no lead and is left out, named in the
-# row's reason.
-# Headline: the Bandit PPO rows (the paper's Echo Trap example).
+# row's reason. The Echo Trap itself, one row per run: the reasoning's diversity (distinct-2 of its
+# tokens) falls, its least-squares slope per step below 0 over seeds (MDE 0.001 a step, 0.2 over
+# the paper's 200 steps; INCONCLUSIVE when the run did not reason, under one token a turn).
+# Headline: the Bandit PPO rows (the paper's Echo Trap example): the diversity falls and both
+# indicators lead.
 
 # %%
 from IPython.display import display
@@ -63,8 +66,23 @@ STUDIES = [
     )
     for env, algo in RUNS
     for ind, short in INDICATORS.items()
+] + [
+    (
+        analysis.Claim(
+            f"{env}/{algo} echo",
+            f"{env}/{algo}: the reasoning's diversity (distinct-2) falls",
+            "reasoning/distinct2",
+            mde=0.001,
+            score="slope",
+            direction=-1,
+            mechanism="think",
+        ),
+        {"cfg.env.name": env, "cfg.algo.name": algo},
+        None,
+    )
+    for env, algo in RUNS
 ]
-PRIMARY = ["bandit/starpo-ppo std lead", "bandit/starpo-ppo entropy lead"]
+PRIMARY = ["bandit/starpo-ppo echo", "bandit/starpo-ppo std lead", "bandit/starpo-ppo entropy lead"]
 print(analysis.criteria(STUDIES))
 
 
@@ -107,7 +125,11 @@ div = {
     for r in sorted(df["run"].unique())
 }
 verdict = analysis.decide(
-    df, "reward std and entropy drop before success collapses (Echo Trap)", STUDIES, PRIMARY, measured=div
+    df,
+    "the reasoning's diversity falls (Echo Trap); reward std and entropy drop before success collapses",
+    STUDIES,
+    PRIMARY,
+    measured=div,
 )
 verdict.figures = figures
 verdict_file = verdict.write(profile, df.attrs["wall_s"])
