@@ -392,8 +392,8 @@ class Row:
         if self.effect == self.effect:
             ci = "" if self.ci[0] != self.ci[0] else f" [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}]"
             effect = f" effect {self.effect:+.3g}{ci} (a {_fmt(self.a)}, b {_fmt(self.b)})"
-        if self.format_valid:
-            effect += "; " + format_text(self)
+        if fv := format_text(self):
+            effect += "; " + fv
         return (
             f"{self.status}: {self.claim}{effect}\n    why: {self.reason}\n    design: {design(self)}; "
             f"{self.power}"
@@ -884,13 +884,14 @@ def judge(
         # An arm more than the MDE below random play lost what random play keeps (answers out of
         # format, or a losing habit): beside one that did not, the floor hides no difference. The
         # paper's Sokoban rows are that case: StarPO-S ≈0.21 vs collapsed PPO ≈0, random play 0.19.
+        # Only where exactly one arm sank, it is the lower (with floors of their own, an arm can
+        # sink below its higher floor and still score above the other: its lead is then its bigger
+        # action budget, not a collapse), and the arms are more than the MDE apart (two arms at 0,
+        # one under a random play that keeps less than the MDE, differ in nothing).
         sank = [x < f - claim.mde for x, f in ((row.a, fa[0]), (row.b, fb[0]))]
+        one_sank = sank[0] != sank[1] and sank[0] == (row.a < row.b) and abs(row.a - row.b) > claim.mde
         if row.a <= fa[0] + claim.mde and row.b <= fb[0] + claim.mde:
-            # ... and only where the arms are apart by more than the MDE (two arms at 0, one under a
-            # random play that keeps less than the MDE, differ in nothing) and the one that sank is
-            # the lower (with floors of their own, an arm can sink below its higher floor and still
-            # score above the other: its lead is then its bigger action budget, not a collapse)
-            if sank[0] == sank[1] or abs(row.a - row.b) <= claim.mde or sank[0] != (row.a < row.b):
+            if not one_sank:
                 return replace(
                     row,
                     reason=f"floor: neither arm ({_fmt(row.a)}, {_fmt(row.b)}) above random play "

@@ -199,16 +199,19 @@ class EnvConfig:
         _check_keys("env.kwargs.", self.kwargs, fields, f"field(s) of env {self.name!r}")
         # An exponent without a dot ("5e-1") is text to YAML 1.1, as for the dataclass fields
         # (`_coerce`): a number where the env's default is one, so both spellings hash alike.
-        numeric = {k: v for k, v in self.kwargs.items() if isinstance(v, str) and _is_number_field(fields[k])}
-        for key, value in numeric.items():
+        converted = {}
+        for key, value in self.kwargs.items():
+            if not (isinstance(value, str) and _is_number_field(fields[key])):
+                continue
             try:
                 number = float(value)
             except ValueError:
                 continue  # left for the kind check below, which names the field
-            if not math.isfinite(number):
-                continue  # nan, inf: refused as the dataclass fields refuse them (below)
-            is_int = isinstance(fields[key], int) and number.is_integer()
-            object.__setattr__(self, "kwargs", {**self.kwargs, key: int(number) if is_int else number})
+            if math.isfinite(number):  # nan, inf: refused as the dataclass fields refuse them (below)
+                is_int = isinstance(fields[key], int) and number.is_integer()
+                converted[key] = int(number) if is_int else number
+        if converted:
+            object.__setattr__(self, "kwargs", {**self.kwargs, **converted})
         for key, value in self.kwargs.items():  # else the env's own checks fail on the type, obscurely
             want = _wrong_kind(value, fields[key])
             if want is not None:

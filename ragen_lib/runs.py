@@ -156,6 +156,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _line_row(line: bytes) -> dict | None:
+    """A metrics or samples line as its row, or None where it is not one (not JSON, not UTF-8 at
+    all, or no integer step)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+
+
 def _atomic_write(path: Path, text: str) -> None:
     """Write a small file whole or not at all: a temporary file, fsynced, then renamed over it. The
     temporary name holds the PID: two processes creating the same run never share one."""
@@ -651,11 +661,8 @@ class Run:
         for i, line in enumerate(complete.split(b"\n") if newline else []):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except ValueError:  # not JSON, or not UTF-8 at all
-                row = None
-            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            row = _line_row(line)
+            if row is None:
                 raise CorruptRunError(
                     f"{path}, line {i + 1}, is not a metric line. `{repair_command(self.path)}` restores "
                     "the file from the run's checkpoint, or moves the run aside to train again"
@@ -817,14 +824,8 @@ class Run:
             # the whole file copied aside first; the damaged one was all there was to lose.
             file = self.path / "samples.jsonl"
             moved = self._quarantine([file], copy=True)
-            good = []
-            for line in file.read_bytes().split(b"\n"):
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= keep:
-                    good.append(row)
+            rows = (_line_row(line) for line in file.read_bytes().split(b"\n"))
+            good = [r for r in rows if r is not None and r["step"] <= keep]
             _atomic_write(file, "".join(json.dumps(r) + "\n" for r in good))
             warnings.warn(
                 f"{e.args[0].split('. ')[0]}: kept the {len(good)} samples that read, of steps to "

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 import torch
 
@@ -242,12 +244,11 @@ def test_an_answer_quoted_in_the_reasoning_does_not_end_the_turn(tiny, monkeypat
     model, tok = tiny
     reply = " The format is <answer>Up</answer>, so I push.</think><answer>Up || Left</answer>"
     script = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    calls = {}
+    steps = itertools.count()
 
     def scripted(logits, temperature, generator):
-        step = calls.setdefault("step", 0)
-        calls["step"] += 1
-        return torch.full((logits.shape[0],), script[min(step, len(script) - 1)], dtype=torch.long)
+        step = min(next(steps), len(script) - 1)
+        return torch.full((logits.shape[0],), script[step], dtype=torch.long)
 
     monkeypatch.setattr(generation, "sample", scripted)
     monkeypatch.setattr(engine, "sample", scripted)
