@@ -38,9 +38,11 @@ overrides = {}  # dotted config overrides applied to every run
 # One row per run and indicator (in-group reward std, entropy): the lead is positive over
 # seeds (MDE 2 steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with
 # fewer than 3 seeds that did; a run that did not collapse has no lead and is left out, named in the
-# row's reason. The Echo Trap itself, one row per run: the reasoning's diversity (distinct-2 of its
-# tokens) falls, its least-squares slope per step below 0 over seeds (MDE 0.001 a step, 0.2 over
-# the paper's 200 steps; INCONCLUSIVE when the run did not reason, under one token a turn).
+# row's reason. The Echo Trap itself, one row per run: the reasoning's diversity (distinct-2 of the
+# words of the turns that parsed, rarefied to 128 bigrams so that it does not fall merely because
+# more turns parse; a step with fewer is not measured) falls, its least-squares slope per step
+# below 0 over seeds (MDE 0.001 a step, 0.2 over the paper's 200 steps; INCONCLUSIVE when the run
+# did not reason, under one token a turn).
 # Headline: the Bandit PPO rows (the paper's Echo Trap example): the diversity falls and both
 # indicators lead.
 

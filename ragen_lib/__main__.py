@@ -167,10 +167,13 @@ def _zeroshot(args) -> int:
     from ragen_lib import models, seeds
     from ragen_lib.config import RolloutConfig
     from ragen_lib.envs import make
-    from ragen_lib.metrics import distinct_n
+    from ragen_lib.metrics import reasoning_stats
     from ragen_lib.rollout import collect
 
     _check_envs("--envs", args.envs)
+    for env in args.envs:  # each env's token cap against the context, before the model loads
+        cap = args.max_new_tokens or make(env).max_new_tokens
+        _rollout_config(RolloutConfig, max_turns=1, temperature=args.temperature, max_new_tokens=cap)
     _check_model(args.model)
     model, tok = models.load(args.model)
     for env in args.envs:
@@ -191,7 +194,7 @@ def _zeroshot(args) -> int:
                 valid += [ep[0] for ep in b.turn_format_valid]
                 success += b.success.tolist()
                 tokens += b.loss_mask.sum(1).int().tolist()  # one turn: the tokens generated
-                thinks += [ep[0] for ep in b.thinks]
+                thinks += [ep[0] for ep in b.reasoning() if ep]  # first turns whose tags matched
             n, p = len(valid), sum(valid) / len(valid)
             row = {
                 "env": env,
@@ -202,10 +205,12 @@ def _zeroshot(args) -> int:
                 "success": round(sum(success) / n, 4),
                 "hit_token_cap": sum(t >= cap for t in tokens),
                 "mean_tokens": round(sum(tokens) / n, 1),
-                # As `reasoning/length` and `reasoning/distinct2` (the parsed <think> text; an
-                # answer that never closes it has none).
-                "reasoning_length": round(sum(len(tok(th)["input_ids"]) for th in thinks) / n, 1),
-                "distinct2": round(distinct_n(thinks, 2), 4),
+                # As `reasoning/length` and `reasoning/distinct2`: over the answers whose tags
+                # matched (an answer that never closes <think> has no reasoning to measure).
+                **{
+                    {"length": "reasoning_length"}.get(k, k): round(v, 4)
+                    for k, v in reasoning_stats(tok, thinks).items()
+                },
                 "max_new_tokens": cap,
                 "temperature": args.temperature,
                 "seconds": round(time.perf_counter() - t0, 1),
@@ -348,8 +353,9 @@ def _folder_name(text: str) -> str:
     )
 
 
-def _at_least(low):
-    """An argparse type: a number of low's type, at least `low` (checked before any model loads)."""
+def _at_least(low, high=None):
+    """An argparse type: a finite number of low's type, at least `low` and at most `high` where
+    given (checked before any model loads)."""
     kind = type(low)
 
     def parse(text: str):
@@ -360,9 +366,22 @@ def _at_least(low):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
         if not value >= low:  # also refuses nan
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
+        if value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {text}")
         return value
 
     return parse
+
+
+def _rollout_config(cls, **fields):
+    """The command's RolloutConfig, its checks (the token cap against the context, say) failing in
+    one line before the model loads, not in a traceback after."""
+    try:
+        return cls(**fields)
+    except ValueError as e:
+        raise ConfigError(f"{e} (from --temperature / --max-new-tokens)") from None
 
 
 def _override(text: str) -> str:

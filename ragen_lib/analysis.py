@@ -649,7 +649,8 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
     if mechanism == "think":
         length = df["reasoning/length"].dropna() if "reasoning/length" in df else pd.Series([])
         if not len(length):
-            return "no reasoning/length logged"
+            # NaN at every step: no turn's tags matched, so there was no reasoning to measure
+            return "no reasoning/length logged (no turn's tags matched the format)"
         if float(length.mean()) < MIN_REASONING_TOKENS:
             return (
                 f"its reasoning averaged {_fmt(float(length.mean()))} tokens a turn "

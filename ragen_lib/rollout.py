@@ -195,8 +195,15 @@ class RolloutBatch:
     reasoning_bonus: torch.Tensor | None = None  # (B,) consistency bonus, mean over the episode's turns
     turn_invalid_reasons: list[list[str]] = field(default_factory=list)  # per turn; "" when valid
     turn_cut: list[list[bool]] = field(default_factory=list)  # per turn: the answer hit max_new_tokens
+    turn_matched: list[list[bool]] = field(default_factory=list)  # per turn: the format's tags were found
     # (B, T) the sampler's log-prob of each generated token (temperature 1), 0 elsewhere
     sample_logprobs: torch.Tensor | None = None
+
+    def reasoning(self) -> list[list[str]]:
+        """Per episode, the `<think>` text of each turn whose tags matched. A turn that did not
+        match has no reasoning to measure (its `thinks` entry is ""): counted as 0 tokens, it made
+        reasoning/length track the format-valid rate, not the reasoning."""
+        return [[t for t, m in zip(th, ms) if m] for th, ms in zip(self.thinks, self.turn_matched)]
 
     @property
     def format_valid_rate(self) -> float:
@@ -434,4 +441,5 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         sample_logprobs=sample_logprobs,
         turn_invalid_reasons=[[t.invalid_reason for t in e.turns] for e in episodes],
         turn_cut=[[t.cut for t in e.turns] for e in episodes],
+        turn_matched=[[t.parsed.matched for t in e.turns] for e in episodes],
     )

@@ -730,7 +730,7 @@ def _episode_stats(b: RolloutBatch) -> dict:
         "num_turns": b.num_turns,
         "gen_tokens": b.loss_mask.sum(1),
         "seeds": b.seeds,
-        "thinks": b.thinks,
+        "thinks": b.reasoning(),  # the turns whose tags matched: the reasoning there is to measure
         "turn_format_valid": b.turn_format_valid,
         "turn_cut": b.turn_cut,
     }

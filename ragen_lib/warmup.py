@@ -29,7 +29,7 @@ from ragen_lib import seeds
 from ragen_lib.config import Config
 from ragen_lib.envs import make
 from ragen_lib.generation import generate, stop_on_text
-from ragen_lib.metrics import distinct_n
+from ragen_lib.metrics import reasoning_stats
 from ragen_lib.models import forward_logp
 from ragen_lib.progress import tqdm
 from ragen_lib.rollout import Episode, RolloutBatch, collect
@@ -104,12 +104,12 @@ def first_turn_probe(policy, tok, cfg: Config, states: list[int]) -> dict[str, f
         env_kwargs=dict(cfg.env.kwargs),
         sample_seed=seeds.PROBE_SAMPLING,
     )
-    thinks = [th for ep in b.thinks for th in ep]
+    reasoning = reasoning_stats(tok, [th for ep in b.reasoning() for th in ep])
     return {
         "format_valid": b.format_valid_rate,
         "success": float(b.success.float().mean()),
-        "reasoning_length": float(np.mean([len(tok(th)["input_ids"]) for th in thinks] or [0])),
-        "distinct2": distinct_n(thinks, 2),
+        "reasoning_length": reasoning["length"],
+        "distinct2": reasoning["distinct2"],
     }
 
 

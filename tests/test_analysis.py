@@ -937,7 +937,9 @@ def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
         analysis.REPRODUCED
     )
     row = analysis.judge(df, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert row.reason == "mechanism did not act (think, arm a): no reasoning/length logged"
+    assert row.reason == (
+        "mechanism did not act (think, arm a): no reasoning/length logged (no turn's tags matched the format)"
+    )
 
 
 def test_a_lead_whose_indicator_cannot_be_read_is_left_out_and_named_not_scored_0():

@@ -52,7 +52,53 @@ def test_distinct_n_by_hand():
     # bigrams (a,b), (b,a), (a,b): 2 distinct of 3
     assert M.distinct_n(["a b a b"], 2) == pytest.approx(2 / 3)
     assert M.distinct_n(["Left, then UP", "left then up"], 2) == pytest.approx(2 / 4)
-    assert M.distinct_n(["one"], 2) == 0.0
+    assert math.isnan(M.distinct_n(["one"], 2))  # no bigram: nothing measured, not "no diversity"
+    # rarefied to 2 of the 3 bigrams: the pairs of positions {1,2} ab ba, {1,3} ab ab, {2,3} ba ab
+    # hold 2, 1, 2 distinct: 5/3 expected, 5/6 of 2
+    assert M.distinct_n(["a b a b"], 2, at=2) == pytest.approx(5 / 6)
+    assert M.distinct_n(["a b a b"], 2, at=3) == pytest.approx(2 / 3)  # the whole pool
+    assert math.isnan(M.distinct_n(["a b a b"], 2, at=4))  # fewer bigrams than asked for
+
+
+def test_rarefied_distinct_n_is_the_mean_over_every_subset_of_that_size():
+    from itertools import combinations
+
+    texts = ["go left go left then up", "up up left go", "left go left"]
+    grams = [tuple(w[i : i + 2]) for t in texts for w in [M.words(t)] for i in range(len(w) - 1)]
+    for at in (1, 3, 5):
+        subsets = list(combinations(range(len(grams)), at))
+        brute = sum(len({grams[i] for i in sub}) for sub in subsets) / len(subsets) / at
+        assert M.distinct_n(texts, 2, at=at) == pytest.approx(brute)
+
+
+def test_rarefied_distinct_n_does_not_fall_with_the_number_of_texts():
+    # The same kind of text, 128 or 512 of them: pooled distinct-2 falls with the pool (it read the
+    # echo trap from a rising format-valid rate alone); rarefied to DISTINCT_AT bigrams it does not.
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    vocab = [f"w{i}" for i in range(60)]
+    p = 1 / np.arange(1, 61)
+    p /= p.sum()
+
+    def texts(n):
+        return [" ".join(rng.choice(vocab, size=12, p=p)) for _ in range(n)]
+
+    def mean(n, at):  # over 8 pools: one pool's rarefied share varies by about 0.015
+        return float(np.mean([M.distinct_n(texts(n), 2, at=at) for _ in range(8)]))
+
+    assert mean(128, None) - mean(512, None) > 0.2  # pooled: 0.47 vs 0.26
+    assert abs(mean(128, M.DISTINCT_AT) - mean(512, M.DISTINCT_AT)) < 0.01  # 0.82 vs 0.81
+    # and a template still reads low: the measure keeps its meaning
+    assert M.distinct_n(["i will go left then up"] * 64, 2, at=M.DISTINCT_AT) < 0.05
+
+
+def test_reasoning_stats_measure_only_the_reasoning_there_is():
+    tok = lambda t: {"input_ids": t.split()}  # noqa: E731
+    assert M.reasoning_stats(tok, ["a b c d", "e f"])["length"] == 3.0
+    empty = M.reasoning_stats(tok, [])
+    assert math.isnan(empty["length"]) and math.isnan(empty["distinct2"])
 
 
 def test_reasoning_mi_by_hand():
@@ -62,7 +108,13 @@ def test_reasoning_mi_by_hand():
     assert M.reasoning_mi(texts, states) == pytest.approx(math.log(1.8))
     template = M.reasoning_mi(["go go"] * 4, states)
     assert template < M.reasoning_mi(texts, states) and template <= 0  # no information about the state
-    assert M.reasoning_mi(["a b", "c d"], [0, 1]) == 0.0  # one text per state: nothing to compare
+    assert math.isnan(M.reasoning_mi(["a b", "c d"], [0, 1]))  # one text per state: nothing to compare
+    assert math.isnan(M.reasoning_mi([], []))  # no reasoning: not "one template" (0)
+
+
+def test_a_skipped_step_s_infinite_gradient_norm_does_not_make_the_mean_infinite():
+    assert M._finite_mean([1.0, float("inf"), 2.0, float("nan")]) == 1.5
+    assert math.isnan(M._finite_mean([float("inf")]))
 
 
 def test_consistency_bonus_by_hand():

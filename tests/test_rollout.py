@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import pytest
 import torch
@@ -152,7 +153,9 @@ def test_zeroshot_cli_reports_the_rates_and_the_reasoning_numbers(capsys):
     for r in rows:
         assert r["n"] == 3 and r["max_new_tokens"] == 6 and 0 <= r["format_valid"] <= 1
         assert r["hit_token_cap"] <= 3 and 0 < r["mean_tokens"] <= 6
-        assert r["reasoning_length"] >= 0 and 0 <= r["distinct2"] <= 1
+        # NaN where no answer's tags matched (the tiny model's): nothing to measure, not 0 tokens
+        assert r["reasoning_length"] >= 0 or (r["format_valid"] == 0 and math.isnan(r["reasoning_length"]))
+        assert 0 <= r["distinct2"] <= 1 or math.isnan(r["distinct2"])
 
 
 def test_an_answer_cut_by_the_token_budget_says_so_in_the_batch_and_the_transcript(tiny):
@@ -256,3 +259,30 @@ def test_an_answer_quoted_in_the_reasoning_does_not_end_the_turn(tiny, monkeypat
     b = collect(model, tok, "sokoban", [0], 1, cfg, sample_seed=0)
     assert b.format_valid_rate == 1.0, b.transcript(0)
     assert "</think><answer>Up || Left</answer>" in b.transcript(0)
+
+
+def test_a_turn_whose_tags_did_not_match_has_no_reasoning_to_measure(tiny, monkeypatch):
+    """reasoning/length averaged the parsed <think> text of every turn, "" where nothing parsed:
+    half the turns parsing with 4 tokens each logged 2, so the metric followed the format-valid
+    rate. `RolloutBatch.reasoning` keeps the turns whose tags matched."""
+    from ragen_lib import engine, generation
+    from ragen_lib.metrics import reasoning_stats
+
+    model, tok = tiny
+    replies = [" I push up.", " Push up.</think><answer>Up</answer>"]
+    scripts = [tok(r, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in replies]
+    width = max(map(len, scripts))
+    steps = itertools.count()
+
+    def scripted(logits, temperature, generator):  # row i writes reply i
+        step = next(steps)
+        return torch.tensor([s[min(step, len(s) - 1)] for s in scripts[: logits.shape[0]]])
+
+    monkeypatch.setattr(generation, "sample", scripted)
+    monkeypatch.setattr(engine, "sample", scripted)
+    cfg = RolloutConfig(max_new_tokens=width + 4, max_turns=1, batching="turn")
+    b = collect(model, tok, "sokoban", [0, 1], 1, cfg, sample_seed=0)
+    assert b.turn_matched == [[False], [True]], [b.transcript(i) for i in range(2)]
+    assert b.reasoning() == [[], ["Push up."]]
+    length = reasoning_stats(tok, [t for ep in b.reasoning() for t in ep])["length"]
+    assert length == len(tok("Push up.")["input_ids"])  # not halved by the turn that did not parse
