@@ -683,19 +683,21 @@ MIN_REFERENCE_STATES = 64
 
 
 def reference(
-    env: str | None, n: int = MIN_REFERENCE_STATES, actions: int | None = None
+    env: str | None, n: int = MIN_REFERENCE_STATES, actions: int | None = None, env_kwargs: tuple = ()
 ) -> tuple[float, float] | None:
     """(floor, ceiling) of `env`'s success: random-policy and expert success within `actions`
-    (None: the env's default budget), on its first `n` validation states (baselines.reference_success)."""
+    (None: the env's default budget), on its first `n` validation states, of the env built with
+    `env_kwargs` ((name, value) pairs) (baselines.reference_success)."""
     if env is None:
         return None
     from ragen_lib import baselines
 
-    ref = baselines.reference_success(env, n=n, actions=actions)
+    ref = baselines.reference_success(env, n=n, actions=actions, env_kwargs=tuple(sorted(env_kwargs)))
     return float(ref["random"]), float(ref["expert"])
 
 
 LIMITS = ("cfg.rollout.max_turns", "cfg.rollout.max_actions_per_turn", "cfg.rollout.max_actions_per_episode")
+ENV_KWARGS = "cfg.env.kwargs."
 
 
 def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | None:
@@ -704,22 +706,54 @@ def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | 
     a 25-action budget, whose random play succeeds more often than at the default 10) and on the
     first max(val_size, MIN_REFERENCE_STATES) validation states: those they were validated on, and
     no fewer, so that a small validation set (the smoke profile's) does not set a noisy floor for
-    the training success a collapse claim reads. Runs under several budgets get the highest floor
-    and the lowest ceiling, so the check errs toward INCONCLUSIVE."""
+    the training success a collapse claim reads; and of the env as they built it (`env.kwargs`,
+    where `env` is the env they trained on: a non-slippery FrozenLake's ceiling is 1). Runs under
+    several budgets get the highest floor and the lowest ceiling, so the check errs toward
+    INCONCLUSIVE."""
     if env is None:
         return None
     from ragen_lib import baselines, envs
 
-    cols = [c for c in (*LIMITS, "cfg.train.val_size") if c in part]
+    kw_cols = sorted(c for c in part if c.startswith(ENV_KWARGS))
+    cols = [c for c in (*LIMITS, "cfg.train.val_size", "cfg.env.name", *kw_cols) if c in part]
     combos = part[cols].drop_duplicates() if cols and len(part) else pd.DataFrame([{}])
     refs = set()
     for _, r in combos.iterrows():
         turns, per_turn, per_episode, val_size = (
             int(r[c]) if c in r and pd.notna(r[c]) else None for c in (*LIMITS, "cfg.train.val_size")
         )
-        budget = baselines.action_budget(envs.make(env), turns, per_turn, per_episode)
-        refs.add(reference(env, n=max(val_size or 0, MIN_REFERENCE_STATES), actions=budget))
+        # a run's env.kwargs build its own env only (trainer._validation: not an extra one)
+        own = r.get("cfg.env.name", env) == env
+        kwargs = _env_kwargs(env, {c.removeprefix(ENV_KWARGS): r[c] for c in kw_cols}) if own else ()
+        budget = baselines.action_budget(envs.make(env, **dict(kwargs)), turns, per_turn, per_episode)
+        n = max(val_size or 0, MIN_REFERENCE_STATES)
+        refs.add(reference(env, n=n, actions=budget, env_kwargs=kwargs))
     return max(f for f, _ in refs), min(c for _, c in refs)
+
+
+def _env_kwargs(env: str, flat: dict) -> tuple:
+    """A run's env.kwargs back from its DataFrame columns, as sorted (name, value) pairs of the
+    env's field types: the frame holds a tuple as its text ("(8, 8)") and an int as a float where
+    another run left the field unset (NaN: not set, left out)."""
+    import ast
+
+    from ragen_lib import envs
+
+    defaults = envs.env_fields(env)
+    out = []
+    for name, value in sorted(flat.items()):
+        if not isinstance(value, str) and pd.isna(value):
+            continue
+        value = value.item() if hasattr(value, "item") else value
+        default = defaults.get(name)
+        if isinstance(value, str) and not isinstance(default, str):
+            value = ast.literal_eval(value)
+        if isinstance(default, bool):
+            value = bool(value)
+        elif isinstance(default, int) and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        out.append((name, tuple(value) if isinstance(value, list) else value))
+    return tuple(out)
 
 
 # ---- one sub-claim → one row ----

@@ -51,10 +51,14 @@ def action_budget(
 
 
 @functools.lru_cache(maxsize=64)
-def reference_success(env_name: str, n: int = 256, actions: int | None = None) -> dict:
+def reference_success(
+    env_name: str, n: int = 256, actions: int | None = None, env_kwargs: tuple = ()
+) -> dict:
     """Random-policy and expert success of `env_name` on its first `n` validation states.
 
-    `actions`: the action budget (None: `action_budget` of the env's defaults). Returns
+    `actions`: the action budget (None: `action_budget` of the env's defaults). `env_kwargs`: the
+    env's constructor arguments a run set (`env.kwargs`), as sorted (name, value) pairs: a
+    non-slippery FrozenLake's expert ceiling is 1, not the slippery 0.5. Returns
     ``{"random", "random_se", "expert", "expert_se", "n", "actions", "random_method"}``: means over
     the states, each with its standard error over states (plus, for Monte Carlo, the sampling
     error); ``random_method`` is "exact" or "monte-carlo".
@@ -63,19 +67,22 @@ def reference_success(env_name: str, n: int = 256, actions: int | None = None) -
 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    return success_on(env_name, seeds.val_seeds(env_name, n), actions)
+    return success_on(env_name, seeds.val_seeds(env_name, n), actions, dict(env_kwargs))
 
 
-def success_on(env_name: str, states: list[int], actions: int | None = None) -> dict:
+def success_on(
+    env_name: str, states: list[int], actions: int | None = None, env_kwargs: dict | None = None
+) -> dict:
     """`reference_success` on the given initial-state seeds (not cached)."""
     if env_name not in REGISTRY:
         raise ValueError(f"unknown env {env_name!r}; valid envs: {', '.join(sorted(REGISTRY))}")
-    budget = action_budget(make(env_name)) if actions is None else int(actions)
+    kwargs = env_kwargs or {}
+    budget = action_budget(make(env_name, **kwargs)) if actions is None else int(actions)
     if budget < 1:
         raise ValueError(f"actions must be >= 1, got {actions}")
     rand, expert, mc = [], [], False
     for seed in states:
-        env = make(env_name)
+        env = make(env_name, **kwargs)
         env.reset(seed=seed)
         r, e, sampled = level_success(env, budget, seed)
         rand.append(r)

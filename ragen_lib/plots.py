@@ -3,9 +3,10 @@
 Rules every figure follows (issue 16): one palette and `hue_order` shared by all panels and one
 legend for the figure, in natural (numeric) order; success and format-valid axes fixed to [0, 1];
 sparse series (validation) drawn with markers; axis labels from `metrics.label`; the env's chance
-(random play) and best-possible (expert) success as reference lines; every seed drawn thin and the
-mean over seeds bold, with the seed count in the title; error bars (95% CI over seeds) on every
-bar; no offset notation on any axis.
+(random play) and best-possible (expert) success as reference lines, each arm's own as the verdicts
+take them; every seed drawn thin and the mean over seeds bold where every seed has a value, with
+the seed count (and any unfinished run) in the title; a format-valid rate beside every success,
+curve or bar; error bars (95% CI over seeds) on every bar; no offset notation on any axis.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ SEED = "cfg.train.seed"
 ENV = "cfg.env.name"
 NO_REFERENCES = "several envs: no chance / expert lines"
 WARMUP = "cfg.train.warmup"
+FORMAT = "format_valid"
+"""`per_seed`'s column for the format-valid rate of the episodes a success score averaged."""
 RUN_FACTS = ("cfg.model.name", WARMUP, "profile")
 """Columns of a run that every figure's title or stamp reads; `per_seed` carries them over."""
 
@@ -68,18 +71,28 @@ def _env_of(metric: str, part: pd.DataFrame) -> str | None:
     return None
 
 
-def _references(ax, env: str | None) -> bool:
-    """Draw `env`'s random-play and expert success; False where there is no one env to draw."""
+def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict) -> bool:
+    """Draw `env`'s random-play and expert success, each arm's as the verdicts take it
+    (`analysis.arm_reference`: the action budget, env.kwargs and validation states its runs used);
+    one grey pair where every arm shares them, else a pair per arm in its colour. False where there
+    is no one env to draw."""
     if env is None:
         return False
-    try:
-        from ragen_lib import baselines
+    from ragen_lib import analysis
 
-        ref = baselines.reference_success(env, n=64)
-    except Exception:  # an env without a floor (unknown name): no lines, not a failed figure
+    try:
+        refs = {
+            h: analysis.arm_reference(part[part[hue] == h], env) for h in colours if (part[hue] == h).any()
+        }
+    except ValueError:  # an env without a floor (unknown name): no lines, not a failed figure
         return False
-    ax.axhline(ref["random"], color="0.45", ls="--", lw=1, zorder=1)
-    ax.axhline(ref["expert"], color="0.2", ls=":", lw=1.2, zorder=1)
+    if not refs:
+        return False
+    shared = len(set(refs.values())) == 1
+    for h, (floor, ceiling) in [(None, next(iter(refs.values())))] if shared else refs.items():
+        colour = ("0.45", "0.2") if shared else (colours[h], colours[h])
+        ax.axhline(floor, color=colour[0], ls="--", lw=1, zorder=1)
+        ax.axhline(ceiling, color=colour[1], ls=":", lw=1.2, zorder=1)
     return True
 
 
@@ -126,6 +139,7 @@ def curves(
 ) -> plt.Figure:
     """One row per metric, one column per `col` value; one colour per `hue` value (the same in
     every panel), each seed thin, the seeds' mean bold; the format-valid rates last (`with_format_rates`)."""
+    _refuse_empty(df, "curves")
     theme()
     metrics = with_format_rates(metrics, df)
     hue_order = hue_order or order(df[hue])
@@ -148,13 +162,17 @@ def curves(
                 for _, seed_part in d.groupby(SEED if SEED in d else "run_id"):
                     seed_part = seed_part.sort_values("step")
                     ax.plot(seed_part["step"], seed_part[m], color=colours[h], lw=0.7, alpha=0.35)
-                mean = d.groupby("step")[m].mean()
+                # The mean only where every seed of the line has a value: past a seed that stopped
+                # early it would be the mean of the others, a jump that reads as a collapse.
+                by_step = d.groupby("step")[m]
+                every = by_step.count() == (d[SEED].nunique() if SEED in d else d["run_id"].nunique())
+                mean = by_step.mean()[every]
                 ax.plot(
                     mean.index, mean.values, color=colours[h], lw=2.2, marker="o" if sparse else None, ms=4
                 )
             if is_rate(m):
                 ax.set_ylim(-0.03, 1.03)
-                if _references(ax, _env_of(m, part)):
+                if _references(ax, _env_of(m, part), part, hue, colours):
                     drew_references = True
                 elif "success" in m and len(data) and ENV in data and data[ENV].nunique() > 1:
                     # Each env has its own chance and expert level: one pair of lines would mislead.
@@ -181,7 +199,8 @@ def curves(
     fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     warm = warmups_text(df) or "none"
     fig.suptitle(
-        f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean); warm-up: {warm}{models_text(df)}",
+        f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean where every seed has a value); "
+        f"warm-up: {warm}{unfinished_text(df)}{models_text(df)}",
         y=1.0,
     )
     _stamp(fig, df)
@@ -201,28 +220,47 @@ def bars(
 ) -> plt.Figure:
     """Bars of the mean over seeds with 95% CI error bars over seeds (one row of `df` per seed and
     bar; a bar from one seed has no error bar, and the title says how many seeds there were).
-    `metric`: the metric `y` summarises (fixes a rate axis to [0, 1] and names the axis)."""
+    `metric`: the metric `y` summarises (fixes a rate axis to [0, 1] and names the axis). Where `df`
+    has a `FORMAT` column (`per_seed` of a success metric), a panel below shows each bar's
+    format-valid rate on the same episodes."""
+    _refuse_empty(df, "bars")
     theme()
     x_order = order(df[x])
     hue_order = order(df[hue]) if hue else None
     # Wide enough for every bar: a fixed 6.5 inches squeezed 03's 9 variants x 3 envs into a strip.
     per_x = 0.45 * (1 + 0.5 * (len(hue_order) - 1)) if hue else 0.45
-    fig, ax = plt.subplots(figsize=(min(18.0, max(6.5, 2.5 + per_x * len(x_order))), 3.8))
-    sns.barplot(
-        data=df,
-        x=x,
-        y=y,
-        hue=hue,
-        order=x_order,
-        hue_order=hue_order,
-        palette=palette(hue_order) if hue else None,
-        color=None if hue else sns.color_palette("colorblind")[0],
-        errorbar=("ci", 95),
-        seed=0,
-        capsize=0.15,
-        err_kws={"linewidth": 1.2},
-        ax=ax,
-    )
+    width = min(18.0, max(6.5, 2.5 + per_x * len(x_order)))
+    formats = FORMAT in df and df[FORMAT].notna().any()
+    if formats:
+        fig, (ax, fax) = plt.subplots(
+            2, 1, figsize=(width, 5.6), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]}
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(width, 3.8))
+
+    def draw(axes, column, legend):
+        sns.barplot(
+            data=df,
+            x=x,
+            y=column,
+            hue=hue,
+            order=x_order,
+            hue_order=hue_order,
+            palette=palette(hue_order) if hue else None,
+            color=None if hue else sns.color_palette("colorblind")[0],
+            errorbar=("ci", 95),
+            seed=0,
+            capsize=0.15,
+            err_kws={"linewidth": 1.2},
+            ax=axes,
+            legend=legend,
+        )
+
+    draw(ax, y, bool(hue))
+    if formats:  # with the small model a success bar may be format learning: this rate says which
+        draw(fax, FORMAT, False)
+        fax.set_ylim(0, 1)
+        fax.set_ylabel(_wrap("format-valid (same episodes)", 18))
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
     seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
     warm = warmups_text(df)
@@ -235,12 +273,14 @@ def bars(
     if is_rate(m):
         ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel or label(m))
-    ax.set_xlabel(axis_name(x))
+    bottom = fax if formats else ax
+    ax.set_xlabel("" if formats else axis_name(x))
+    bottom.set_xlabel(axis_name(x))
     _plain(ax)
     # Long variant names wrap onto lines of their own instead of pushing the bars into a strip.
-    ax.set_xticks(ax.get_xticks(), [_wrap(label(t.get_text()), 16) for t in ax.get_xticklabels()])
+    bottom.set_xticks(bottom.get_xticks(), [_wrap(label(t.get_text()), 16) for t in bottom.get_xticklabels()])
     if df[x].nunique() > 6:  # many names still overlap side by side
-        plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+        plt.setp(bottom.get_xticklabels(), rotation=30, ha="right")
     if hue:
         ax.legend(title=None, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     _stamp(fig, df)
@@ -250,21 +290,48 @@ def bars(
 
 def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") -> pd.DataFrame:
     """One row per (by..., seed): the seed's late mean (last third of its logged points) or median
-    of `metric`: the input of `bars`, whose error bars are then over seeds."""
+    of `metric`: the input of `bars`, whose error bars are then over seeds. For a success metric,
+    `FORMAT` holds the format-valid rate of the same episodes (`format_rate_of`) at the same
+    points, which `bars` draws below the success bars."""
     rows = []
     keys = [*by, SEED]
+    fmt = format_rate_of(metric)
     for key, part in df.dropna(subset=[metric]).groupby(keys, sort=True):
-        v = part.sort_values("step")[metric]
-        val = float(v.iloc[-max(1, round(len(v) / 3)) :].mean()) if score == "late" else float(np.median(v))
+        part = part.sort_values("step")
+        v = part[metric]
+        window = part.iloc[-max(1, round(len(v) / 3)) :] if score == "late" else part
+        val = float(window[metric].mean()) if score == "late" else float(np.median(v))
+        if fmt and fmt in part:
+            shown = window[fmt] if score == "late" else part[fmt]
+            facts_fmt = {FORMAT: float(shown.mean()) if shown.notna().any() else float("nan")}
+        else:
+            facts_fmt = {}
         # A seed's bar may pool runs (envs pooled per seed): every value they hold is kept, joined.
         facts = {
             c: ", ".join(sorted(part[c].dropna().astype(str).unique())) or None
             for c in RUN_FACTS
             if c in part and c not in keys
         }
-        rows.append({**dict(zip(keys, key)), metric: val, **facts})
+        rows.append({**dict(zip(keys, key)), metric: val, **facts_fmt, **facts})
     facts = [c for c in RUN_FACTS if c in df and c not in keys]
-    return pd.DataFrame(rows, columns=[*keys, metric, *facts])
+    return pd.DataFrame(rows, columns=[*keys, metric, *([FORMAT] if fmt and fmt in df else []), *facts])
+
+
+def unfinished_text(df: pd.DataFrame) -> str:
+    """'; unfinished: 2 runs (drawn, not scored)' where runs of `df` did not finish ('' else):
+    verdicts leave them out, and a figure that draws them says so."""
+    if "done" not in df or "run_id" not in df:
+        return ""
+    n = df.loc[~df["done"].astype(bool), "run_id"].nunique()
+    return f"; unfinished: {n} run{'s' if n > 1 else ''} (drawn, not scored)" if n else ""
+
+
+def _refuse_empty(df: pd.DataFrame, what: str) -> None:
+    if df.empty:
+        raise ValueError(
+            f"plots.{what}: no rows to draw (no run of this selection has logged a step yet): "
+            "run the study first, or check the selection's filters"
+        )
 
 
 def warmups_text(df: pd.DataFrame) -> str:

@@ -558,6 +558,22 @@ def test_each_arm_is_held_to_the_floor_and_ceiling_of_its_own_action_budget():
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("ceiling: both arms"), row
 
 
+def test_floor_and_ceiling_are_those_of_the_env_the_runs_built():
+    """The floor and ceiling came from the registered env whatever the run's env.kwargs: a
+    non-slippery FrozenLake (expert 1) read its 0.52 slippery ceiling, so a run at 0.6 was 'at
+    the ceiling'. The kwargs apply where the claim's env is the one the run trained on."""
+    base = {"cfg.train.val_size": 64, "cfg.env.name": "frozenlake"}
+    slippery = analysis.arm_reference(pd.DataFrame([base]), "frozenlake")
+    firm = analysis.arm_reference(pd.DataFrame([{**base, "cfg.env.kwargs.is_slippery": False}]), "frozenlake")
+    assert slippery[1] < 0.6 and firm[1] == 1.0  # (random play slips no more than it walks: one floor)
+    # as the DataFrame holds them: an int as a float beside a run that left it unset (NaN)
+    two = pd.DataFrame([{**base, "cfg.env.kwargs.size": 4.0}, {**base, "cfg.env.kwargs.size": np.nan}])
+    assert analysis.arm_reference(two, "frozenlake") == slippery
+    # an extra validation env is built without the training env's kwargs
+    other = {**base, "cfg.env.name": "sokoban", "cfg.env.kwargs.search_depth": 10}
+    assert analysis.arm_reference(pd.DataFrame([other]), "frozenlake") == slippery
+
+
 def test_inactive_mechanism_is_inconclusive():
     clip = analysis.Claim("clip", "clip-higher helps", "val/success", mde=0.1, mechanism="clip")
     df = runs_df({"a": 0.7, "b": 0.3})

@@ -141,7 +141,7 @@ def test_bars_name_the_model_and_warm_up_and_make_room_for_many_long_variant_nam
     wide = plots.bars(plots.per_seed(many, "rollout/success", ["variant", "cfg.env.name"]), "variant",
                       "rollout/success", hue="cfg.env.name")  # fmt: skip
     assert wide.get_figwidth() > few.get_figwidth() >= 6.5
-    names = [t.get_text() for t in wide.axes[0].get_xticklabels()]
+    names = [t.get_text() for t in wide.axes[-1].get_xticklabels()]  # the format panel's, below
     assert len(names) == 9 and all(max(len(line) for line in n.split("\n")) <= 16 for n in names)
     # metric names as bars (05's Table 2 columns) read as their labels, and a name is never cut in two
     cols = pd.DataFrame(
@@ -163,3 +163,62 @@ def test_long_axis_labels_wrap_instead_of_running_into_the_next_panel():
     assert (
         plots.axis_name("cfg.env.name") == "env" and plots.axis_name("cfg.algo.filter_keep") == "filter keep"
     )
+
+
+def test_success_bars_show_the_format_valid_rate_of_the_same_episodes_below():
+    """A bar of late success with the small model may be format learning: `per_seed` carries the
+    format-valid rate of the same points, and `bars` draws it in a panel below."""
+    df = runs_df()
+    seeded = plots.per_seed(df, "val/success", ["variant"])
+    assert (seeded[plots.FORMAT] == 0.75).all()  # val/format_valid at the validation points
+    fig = plots.bars(seeded, "variant", "val/success", title="t")
+    success, fmt = fig.axes
+    assert "format-valid" in fmt.get_ylabel() and fmt.get_ylim() == (0.0, 1.0)
+    assert sorted(round(p.get_height(), 3) for p in fmt.patches if p.get_height()) == [0.75] * 3
+    # not for a metric that has no format-valid rate
+    entropy = plots.per_seed(df, "policy/entropy", ["variant"])
+    assert plots.FORMAT not in entropy and len(plots.bars(entropy, "variant", "policy/entropy").axes) == 1
+
+
+def test_reference_lines_are_each_arms_own_where_the_arms_had_different_budgets():
+    """The lines were the env's default budget whatever the runs played under: Table 3's 1-action
+    arm cannot solve every level in 5 actions, and its chance is below the 5-action arm's."""
+    df = runs_df()
+    df = df[df["cfg.env.name"] == "sokoban"].copy()
+    df["cfg.train.val_size"] = 64
+    per_turn = {"top 100%": 1, "top 25%": 5, "top 5%": 5}
+    df["cfg.rollout.max_actions_per_turn"] = df["variant"].map(per_turn)
+    df["cfg.rollout.max_actions_per_episode"] = 5 * df["cfg.rollout.max_actions_per_turn"]
+    fig = plots.curves(df, ["val/success"], hue="variant")
+    val = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("val/success")][0]
+    from ragen_lib import analysis
+
+    floors = sorted({line.get_ydata()[0] for line in val.lines if line.get_linestyle() == "--"})
+    want = sorted({analysis.arm_reference(df[df["variant"] == v], "sokoban")[0] for v in per_turn})
+    assert len(floors) == 2 and floors == want
+    # one budget: one grey pair
+    one_budget = {"cfg.rollout.max_actions_per_turn": 5, "cfg.rollout.max_actions_per_episode": 25}
+    same = plots.curves(df.assign(**one_budget), ["val/success"], hue="variant")
+    val = [ax for ax in same.axes if ax.get_ylabel() == plots.label("val/success")][0]
+    assert [line.get_color() for line in val.lines if line.get_linestyle() == "--"] == ["0.45"]
+
+
+def test_the_mean_line_stops_where_a_seed_stopped_and_the_title_says_a_run_is_unfinished():
+    df = runs_df()
+    df = df[(df["cfg.env.name"] == "bandit") & (df["variant"] == "top 25%")].copy()
+    df = df[~((df["cfg.train.seed"] == 1) & (df["step"] > 2))]  # seed 1 stopped after 3 steps
+    df["done"] = df["cfg.train.seed"] == 0
+    fig = plots.curves(df, ["rollout/success"], hue="variant")
+    ax = [a for a in fig.axes if a.get_ylabel() == plots.label("rollout/success")][0]
+    bold = [line for line in ax.lines if line.get_linewidth() > 2]
+    assert list(bold[0].get_xdata()) == [0, 1, 2]  # not the other seed alone after step 2
+    assert "unfinished: 1 run (drawn, not scored)" in fig._suptitle.get_text()
+
+
+def test_an_empty_selection_gets_an_error_that_says_what_to_do():
+    import pytest
+
+    for call in (lambda d: plots.curves(d, ["rollout/success"], hue="variant"),
+                 lambda d: plots.bars(d, "variant", "rollout/success")):  # fmt: skip
+        with pytest.raises(ValueError, match="no rows to draw.*run the study first"):
+            call(runs_df().iloc[:0])
