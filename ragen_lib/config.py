@@ -539,6 +539,16 @@ class Config:
                         f"leaves no room for the prompt in rollout.max_context_tokens="
                         f"{r.max_context_tokens}. Raise max_context_tokens or set rollout.max_new_tokens"
                     )
+        if r.temperature not in (0.0, 1.0):
+            # The recorded, old and new log-probs are all the model's at temperature 1 (verl
+            # divides the logits by T in each: FIDELITY D27); sampling at another T would make the
+            # PPO ratio's old policy differ from the one that sampled, off-policy without a word.
+            raise ValueError(
+                f"rollout.temperature={r.temperature}: training rollouts sample at 1 (the paper's), "
+                "or at 0 (greedy, for deterministic checks): the trainer's log-probs are the model's at "
+                "temperature 1, so another temperature would train off-policy. Validation's is "
+                "train.val_temperature"
+            )
         if a.advantage == "apo" and t.online_k > 1:
             # stage 2 draws groups × group_size states a rollout, not online_k × as many, so A*-PO
             # would play 1/k of the episodes and take 1/k of the optimizer steps of its k = 1 run

@@ -232,7 +232,8 @@ def generate(
     `kept` (a `KeptKV`, one per rollout): rows named by `keys` (default 0..B-1) that it holds
     resume from their cached prefix and prefill only what their prompt appends; after the call it
     holds every row of this call. `logprobs`, a list, receives per row the model's log-prob of
-    each sampled token (temperature 1, as the update computes them): the behaviour policy's.
+    each sampled token at temperature 1, as the update computes them: the behaviour policy's when
+    it sampled at 1, which is why a training config refuses another rollout.temperature.
     """
     device = next(model.parameters()).device
     B = len(prompts)

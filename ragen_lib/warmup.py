@@ -166,10 +166,15 @@ def _target(tok, ep: Episode, think: str | None, answer: str, cfg: Config) -> tu
 
 
 def _plan_turn(ep: Episode, pick: np.random.Generator, random_actions: bool) -> list[str]:
-    """This turn's actions (random valid or the expert's), planned on a copy of the env."""
+    """This turn's actions (random valid or the expert's), planned on a copy of the env.
+
+    As many as the env's own per-turn default (Sokoban and FrozenLake 5), not the run's
+    `rollout.max_actions_per_turn`: cloning k actions a turn taught each arm of the actions-per-turn
+    study (Table 3) to write its own k before RL began, a second difference between the arms. A run
+    allowed fewer has the rest cut unjudged, as RAGEN cuts a model's extra actions (P6)."""
     shadow = copy.deepcopy(ep.env)
     acts: list[str] = []
-    for _ in range(min(ep.per_turn, ep.actions_left)):
+    for _ in range(min(ep.env.max_actions_per_turn, ep.actions_left)):
         a = shadow.random_action(pick) if random_actions else shadow.expert_action()
         acts.append(a)
         if shadow.step(a)[2]:

@@ -164,6 +164,8 @@ def test_a_preset_resolves_wherever_the_config_is_built():
             {"algo.name": "apo", "algo.apo_adaptive": True, "algo.apo_ref_samples": 2, "train.group_size": 1},
             "needs apo_ref_samples >= 3",
         ),
+        # sampled at T, its log-probs recorded (and recomputed) at 1: off-policy without a word
+        ({"rollout.temperature": 0.5}, "rollout.temperature=0.5: training rollouts sample at 1"),
     ],
 )
 def test_cross_field_checks_fail_when_the_config_is_built(over, words):

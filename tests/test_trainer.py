@@ -229,6 +229,27 @@ def test_format_dataset_has_random_valid_actions():
     assert all("<answer>" in a for a in shop) and any("search:" in a for a in shop)
 
 
+def test_format_targets_do_not_depend_on_the_runs_actions_per_turn():
+    """The warm-up cloned rollout.max_actions_per_turn random actions a turn ('Down' for k = 1,
+    eight for k = 8), so Table 3's arms began RL with different learned habits. Each arm's first
+    target now plans the env's own 5 (the run cuts the rest, as RAGEN cuts extra actions)."""
+    from ragen_lib.models import load
+
+    policy, tok = load("tiny-random")
+
+    def first_answers(k):
+        limits = {"rollout.max_actions_per_turn": k, "rollout.max_actions_per_episode": 5 * k}
+        cfg = tiny(
+            **{"env.name": "sokoban", "rollout.max_new_tokens": 64, "rollout.enable_think": False, **limits}
+        )
+        data = warmup.expert_dataset(policy, tok, cfg, list(range(4)), random_actions=True)
+        return [tok.decode(r["response_ids"], skip_special_tokens=True) for r in data][:4]  # first turns
+
+    one, eight = first_answers(1), first_answers(8)
+    counts = [a.split("</answer>")[0].count("||") + 1 for a in one]
+    assert one == eight and max(counts) == 5, (one, eight)
+
+
 def test_validation_uses_fixed_states():
     assert seeds.val_seeds("sokoban", 4) == seeds.val_seeds("sokoban", 4)
     assert set(seeds.val_seeds("sokoban", 8)).isdisjoint(seeds.train_seeds(tiny(), 0))
