@@ -8,6 +8,7 @@ the batch the filter kept, and the batch-wide statistics over all ranks' parts.
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
@@ -32,7 +33,11 @@ class Ranks:
         if self._opened:
             if device.startswith("cuda"):
                 torch.cuda.set_device(device)
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+            # Rank 0 validates alone while the others wait in a broadcast (`trainer._validation`):
+            # the paper's 256 states on each of 4 envs can outlast NCCL's 10-minute default watchdog
+            dist.init_process_group(
+                "nccl" if device.startswith("cuda") else "gloo", timeout=datetime.timedelta(hours=2)
+            )
 
     def shard(self, xs: list) -> list:
         """This rank's contiguous slice of `xs` (len(xs) divisible by world: checked by `Config`)."""
