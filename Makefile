@@ -147,7 +147,7 @@ replicate: $(STAMP)
 	   if [ -f params/$$name.yaml ]; then $(PY) -m ragen_lib plan $(PROFILE) --finding $$name $(PLAN_FLAGS) || exit $$?; \
 	   else $(PY) -m ragen_lib plan $(PROFILE) --no-check >/dev/null || exit $$?; fi; \
 	 fi; \
-	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out; \
+	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out || exit 2; \
 	 tmp=$$(mktemp -d); \
 	 $(BIN)/jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
 	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \

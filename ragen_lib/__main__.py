@@ -22,6 +22,9 @@ import os
 import re
 import sys
 
+SEED_MAX = 2**31 - 1
+"""The largest seed (train.seed's bound): numpy's and torch's generators overflowed past it."""
+
 
 def _demo(args) -> int:
     from ragen_lib import models
@@ -29,9 +32,9 @@ def _demo(args) -> int:
     from ragen_lib.rollout import collect
 
     _check_envs("--env", [args.env])
+    cfg = _rollout_config(RolloutConfig, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     _check_model(args.model)
     model, tokenizer = models.load(args.model)
-    cfg = RolloutConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     batch = collect(
         model, tokenizer, args.env, seeds=[args.seed], group_size=args.samples, cfg=cfg, sample_seed=args.seed
     )
@@ -92,8 +95,15 @@ def _bench(args) -> int:
             f"--device {args.device}: torch {torch.__version__} sees no CUDA device here; use --device cpu"
         )
     _check_model(args.model)  # before the report, which a bench of a missing model would overwrite
+    out = args.out
+    if out is None:
+        # A part of the bench (`--only trl`, `--quick`) replaced the committed full report with its
+        # few rows, and `plan` lost the train step it reads: a part goes beside the full report.
+        part = "+".join(only) if only and set(only) != set(bench.SECTIONS) else ""
+        part = f"{part}-quick" if part and args.quick else "quick" if args.quick else part
+        out = str(Path("outputs/bench") / part) if part else "outputs/bench"
     try:
-        bench.run(args.model, args.device, args.out, quick=args.quick, only=only, before=args.before)
+        bench.run(args.model, args.device, out, quick=args.quick, only=only, before=args.before)
     except bench.SectionsFailed as e:  # the tracebacks are printed; the report (if any row) holds the rest
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -301,6 +311,12 @@ def _plan(args) -> int:
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     print(experiments.format_plan(p))
+    blocked = _unwritable(p["root"])
+    if blocked and not args.no_check:  # papermill would fail on it later, in a traceback per notebook
+        raise ConfigError(
+            f"the outputs folder {p['root']} cannot be made here: {blocked}. Point RAGEN_OUTPUTS at a "
+            "folder this user can write"
+        )
     if p["need_bytes"] > p["free_bytes"] and not args.no_check:
         print(
             f"error: the plan needs {p['need_bytes'] / 1e9:.1f} GB on the disk of {p['root']}, which has "
@@ -310,6 +326,18 @@ def _plan(args) -> int:
         )
         return 3
     return 0
+
+
+def _unwritable(root) -> str | None:
+    """Why folder `root` cannot be created or written ('' or None: it can), without creating it."""
+    from pathlib import Path
+
+    path = Path(root).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        return f"{path} is a file"
+    return None if os.access(path, os.W_OK) else f"{path} is not writable by this user"
 
 
 def _repair(args) -> int:
@@ -403,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="play one multi-turn episode group with a model and print it")
     demo.add_argument("--env", default="sokoban")
     demo.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
-    demo.add_argument("--seed", type=_at_least(0), default=0)
+    demo.add_argument("--seed", type=_at_least(0, SEED_MAX), default=0)
     demo.add_argument("--samples", type=_at_least(1), default=2, help="episodes from the same initial state")
     demo.add_argument("--temperature", type=_at_least(0.0), default=1.0)
     demo.add_argument("--max-new-tokens", type=_at_least(1), default=120)
@@ -425,7 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--device", type=_device, default=None, help="cpu or cuda (default: cuda when available)"
     )
-    bench.add_argument("--out", default="outputs/bench", help="writes <out>/<device>.md and .json")
+    bench.add_argument(
+        "--out",
+        default=None,
+        help="writes <out>/<device>.md and .json (default outputs/bench; with --only or --quick "
+        "outputs/bench/<sections joined by +>[-quick], beside the full report, not over it)",
+    )
     bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
     bench.add_argument(
         "--only",
@@ -509,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         help="default: the env's (RAGEN: 400, Bandit 500)",
     )
     zs.add_argument("--batch", type=_at_least(1), default=64, help="states generated for at once")
-    zs.add_argument("--seed", type=_at_least(0), default=0, help="sampling seed")
+    zs.add_argument("--seed", type=_at_least(0, SEED_MAX), default=0, help="sampling seed")
     zs.add_argument("--no-think", action="store_true", help="no-think mode: <answer> only")
     zs.add_argument("--compare", action="store_true", help="also without the prefill, same states and seed")
     args = parser.parse_args(argv)
@@ -519,6 +552,13 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     try:
         return commands[args.command](args)
+    except KeyboardInterrupt:  # Ctrl-C: the person knows why; 70 lines of stack say nothing more
+        again = {
+            "run": "the same command resumes the run from its last checkpoint",
+            "bench": "the report holds the sections measured before it",
+        }.get(args.command, "")
+        print(f"\ninterrupted{': ' + again if again else ''}", file=sys.stderr)
+        return 130
     except _user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -528,19 +568,23 @@ def main(argv: list[str] | None = None) -> int:
             raise  # not under a folder the user named: a bug's traceback, kept
         # --out, RAGEN_OUTPUTS or RAGEN_CACHE naming a file where a folder goes (or a folder that
         # cannot be written): the path is the fix, not the traceback.
+        hint = "; pass --png PATH where you can write" if args.command == "plot" else ""
         print(
-            f"error: {e}: {root} must be a folder this user can write (a file is there, or no permission)",
+            f"error: {e}: {root} must be a folder this user can write (a file is there, or no "
+            f"permission){hint}",
             file=sys.stderr,
         )
         return 2
 
 
 def _given_root(e: OSError, args) -> str | None:
-    """Which folder the user gave (--out, RAGEN_OUTPUTS, RAGEN_CACHE) the failed path lies in."""
+    """Which folder the user gave (--out, `plot`'s run store or --png, RAGEN_OUTPUTS, RAGEN_CACHE)
+    the failed path lies in."""
     from pathlib import Path
 
-    out = getattr(args, "out", None)
-    given = [(f"--out {out}", out)]
+    out, root, png = (getattr(args, k, None) for k in ("out", "root", "png"))
+    given = [(f"--out {out}", out), (f"--png {png}'s folder", png and str(Path(png).parent))]
+    given += [(f"the run store {root}", root)]
     given += [(f"{v}={os.environ.get(v)}", os.environ.get(v)) for v in ("RAGEN_OUTPUTS", "RAGEN_CACHE")]
     failed = Path(os.fsdecode(e.filename)).absolute() if e.filename else None
     for name, root in given:

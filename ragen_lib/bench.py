@@ -23,7 +23,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import resource
 import statistics
 import sys
@@ -125,10 +124,6 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def header(device: str, model: str, quick: bool) -> dict:
@@ -1269,7 +1264,7 @@ def attach_before(rows: list[Row], before: dict) -> None:
 
 def write(out: Path, head: dict, rows: list[Row]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / slug(head["device"])
+    stem = out / M.device_slug(head["device"])
     stem.with_suffix(".md").write_text(markdown(head, rows))
     stem.with_suffix(".json").write_text(
         json.dumps({"header": head, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n"
@@ -1395,7 +1390,7 @@ def run(
     step("memory", memory)
     path = save("complete" if not failed else f"complete except failed sections: {', '.join(failed)}")
     if path is None:
-        kept = Path(out) / f"{slug(head['device'])}.md"
+        kept = Path(out) / f"{M.device_slug(head['device'])}.md"
         kept = f"{kept} is left as it was" if kept.exists() else "no report is written"
         raise SectionsFailed(f"bench measured nothing: {head.get('failed', '')} (tracebacks above); {kept}")
     print(f"[bench] wrote {path} and {path.with_suffix('.json')} in {head['wall_s']} s", flush=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -91,8 +92,8 @@ def build(
     dest = Path(dest).resolve()  # a link: the folder it names is built and swapped, not the link
     pythons = tuple(pythons or PYTHONS)
     skip = {_norm(s) for s in skip}
-    if part_mb <= 0:
-        raise ValueError(f"--part-mb must be > 0, got {part_mb}")
+    if not (0 < part_mb < math.inf):  # nan and inf failed after the download, naming nothing
+        raise ValueError(f"--part-mb must be a finite number > 0 (megabytes a part), got {part_mb}")
     extras = EXTRAS if extras is None else tuple(extras)  # [] (--extras alone): the project only
     unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:

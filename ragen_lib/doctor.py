@@ -533,10 +533,6 @@ def _commit() -> str:
     return runs.git_commit()
 
 
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-").replace("--", "-")
-
-
 def markdown(head: dict, checks: list[Check]) -> str:
     lines = [f"# GPU check: {head['device']}", ""]
     lines += [f"- {k}: {v}" for k, v in head.items()]
@@ -567,7 +563,7 @@ def markdown(head: dict, checks: list[Check]) -> str:
 
 def write(out: Path, head: dict, checks: list[Check]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / slug(head["device"])
+    stem = out / M.device_slug(head["device"])
     stem.with_suffix(".md").write_text(markdown(head, checks))
     payload = {"header": head, "checks": [c.__dict__ for c in checks]}
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str) + "\n")

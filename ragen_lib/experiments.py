@@ -890,16 +890,25 @@ def _env_budget(cfg: config.Config) -> tuple[int, int]:
 _BENCH_SHAPE = r"(\d+)×(\d+), ≤(\d+) turns × (\d+) tokens"
 
 
-def measured_step(cuda: bool, bench_dir: Path | None = None) -> dict | None:
+def measured_step(cuda: bool, bench_dir: Path | None = None, gpu: str | None = None) -> dict | None:
     """Seconds per train step measured by `make bench` (outputs/bench/<device>.json: cpu.json for
-    a CPU plan, any other file for a GPU one) and the step's shape, or None when nothing was
-    measured. Shape: P, N, turns, tokens per turn of the measured step."""
+    a CPU plan; for a GPU one, this host's GPU's file, or any GPU's where the host has none, the
+    file named in the plan) and the step's shape, or None when nothing was measured. `gpu`: the
+    host's GPU name (None: torch's, where it sees one). Shape: P, N, turns, tokens per turn."""
     import json
     import re
+
+    import torch
+
+    from ragen_lib.metrics import device_slug
 
     bench_dir = bench_dir or ROOT / "outputs" / "bench"
     files = sorted(bench_dir.glob("*.json")) if bench_dir.exists() else []
     files = [f for f in files if (f.stem != "cpu") == cuda]
+    if cuda and gpu is None and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+    if cuda and gpu is not None:  # an A100's seconds are not an H100's: this GPU's file or nothing
+        files = [f for f in files if f.stem == device_slug(gpu)]
     for f in files:
         data = json.loads(f.read_text())
         for row in data.get("rows", []):

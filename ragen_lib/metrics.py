@@ -394,6 +394,12 @@ def device_name(device) -> str:
     return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"
 
 
+def device_slug(name: str) -> str:
+    """A device's name as a file name ("NVIDIA H100 80GB HBM3" → nvidia-h100-80gb-hbm3): the stem of
+    its bench and doctor reports, and how `plan` finds this GPU's measured step."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
 def peak_memory_gb(device) -> float:
     if torch.device(device).type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30

@@ -357,6 +357,9 @@ def converted_folder(gguf: Path, target: Path | None = None) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # First: a RAGEN_CACHE that names a file (or a folder this user cannot write) fails now, not
+    # after the conversion's minutes
+    target.parent.mkdir(parents=True, exist_ok=True)
     print(f"[ragen_lib] converting {gguf.name} to safetensors once (cached in {target})", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -366,7 +369,6 @@ def converted_folder(gguf: Path, target: Path | None = None) -> Path:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Write into a temp dir and rename, so a crash never leaves a half-written cache entry.
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:

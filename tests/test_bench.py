@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ragen_lib import bench, models
+from ragen_lib import metrics as M
 from ragen_lib.algorithms import masked_mean, token_logprobs
 from ragen_lib.generation import generate
 
@@ -118,8 +119,8 @@ def test_sorted_micro_batches_cover_every_row_once_shortest_first():
 
 
 def test_device_slug():
-    assert bench.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
-    assert bench.slug("cpu") == "cpu"
+    assert M.device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert M.device_slug("cpu") == "cpu"
 
 
 @pytest.mark.slow
@@ -467,3 +468,24 @@ def test_bench_refuses_a_bad_device_a_missing_before_file_and_an_empty_only_in_o
         assert main(["bench", "--device", "cuda", *out]) == 2
         assert "sees no CUDA device here; use --device cpu" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()  # nothing written
+
+
+def test_a_part_of_the_bench_writes_beside_the_full_report_not_over_it(monkeypatch):
+    """`bench --only trl` (trl not installed) replaced the committed 75-line CPU report with one
+    row, and `plan` lost the train step it reads; without --out a part now goes to a folder of its
+    own."""
+    from ragen_lib.__main__ import main
+
+    seen = []
+    monkeypatch.setattr(bench, "run", lambda model, device, out, **kw: seen.append(out))
+    base = ["bench", "--model", "tiny-random", "--device", "cpu"]
+    for extra, want in (
+        ([], "outputs/bench"),
+        (["--only", ",".join(bench.SECTIONS)], "outputs/bench"),
+        (["--only", "trl"], "outputs/bench/trl"),
+        (["--only", "load,memory", "--quick"], "outputs/bench/load+memory-quick"),
+        (["--quick"], "outputs/bench/quick"),
+        (["--only", "trl", "--out", "x"], "x"),
+    ):
+        assert main(base + extra) == 0
+        assert seen.pop() == want, extra

@@ -160,6 +160,9 @@ def test_an_unknown_extra_is_refused_before_anything_is_downloaded(tmp_path):
     from ragen_lib.__main__ import main
 
     assert main(["bundle", str(tmp_path / "dest"), "--extras", "tests"]) == 2  # one line, no traceback
+    for size in ("nan", "inf", "0"):  # nan and inf passed, to fail after the download naming nothing
+        assert main(["bundle", str(tmp_path / "dest"), "--part-mb", size]) == 2
+    assert not (tmp_path / "dest").exists()
 
 
 def test_a_folder_that_is_not_a_bundle_is_refused_and_kept(tmp_path):

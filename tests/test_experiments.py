@@ -595,6 +595,10 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     assert capsys.readouterr().err == "error: unknown profile 'quik'; valid profiles: smoke, quick, paper\n"
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertanity"]) == 2
     assert "error: no grid file" in capsys.readouterr().err
+    # an outputs root under a file passed the plan, then papermill raised for every notebook
+    (tmp_path / "afile").write_text("")
+    assert main(["plan", "smoke", "--root", str(tmp_path / "afile" / "out")]) == 2
+    assert f"{tmp_path / 'afile'} is a file. Point RAGEN_OUTPUTS at" in capsys.readouterr().err
 
 
 def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots():
@@ -627,6 +631,13 @@ def test_plan_estimates_minutes_from_the_measured_step(tmp_path, monkeypatch):
     b = experiments.measured_step(cuda=True, bench_dir=bench)
     assert b["s_per_step"] == 2.0 and b["shape"] == (2, 4, 2, 32) and b["file"] == "h100.json (tiny-random)"
     assert experiments.measured_step(cuda=False, bench_dir=bench) is None  # a GPU figure is no CPU one
+    # on a host with a GPU, that GPU's file or none: an A100's seconds are not an H100's
+    a100 = {"header": {"model": "m"}, "rows": [{**row, "value": 9.0}]}
+    (bench / "nvidia-a100.json").write_text(json.dumps(a100))
+    assert experiments.measured_step(cuda=True, bench_dir=bench, gpu="H100")["s_per_step"] == 2.0
+    assert experiments.measured_step(cuda=True, bench_dir=bench, gpu="NVIDIA A100")["s_per_step"] == 9.0
+    assert experiments.measured_step(cuda=True, bench_dir=bench, gpu="NVIDIA H200") is None
+    (bench / "nvidia-a100.json").unlink()
     cfg = experiments.variants("01_instability", "smoke")[1][0][0]  # 2 × 2, 2 turns × 8 tokens, 3 steps
     assert experiments.estimate_seconds(cfg, b) == pytest.approx(2.0 * (4 * 2 * 8) / (8 * 2 * 32) * 3)
     assert experiments.estimate_seconds(cfg, None) is None

@@ -416,3 +416,19 @@ def test_a_gpu_device_on_a_machine_without_one_is_refused_before_any_run(tmp_pat
     assert main(["run", "params/examples/bandit_ppo.yaml", "--out", str(tmp_path), *over]) == 2
     assert "this machine has no CUDA" in capsys.readouterr().err
     assert not list(tmp_path.rglob("config.yaml"))  # no run folder was made
+
+
+def test_a_cache_that_names_a_file_fails_before_the_conversion(tmp_path, monkeypatch):
+    """RAGEN_CACHE naming a file was found only when the converted model was saved, minutes into
+    converting a large GGUF."""
+    import transformers
+
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path / "afile"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(
+        transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: pytest.fail("converted first")
+    )
+    with pytest.raises((FileExistsError, NotADirectoryError)):
+        models.converted_folder(gguf, models.cache_dir() / "sub" / "m")

@@ -225,6 +225,9 @@ def test_an_episode_ended_by_the_context_cap_trains_no_observation_after_its_las
         (["zeroshot", "--batch", "0"], "argument --batch: must be at least 1"),
         (["zeroshot", "--n", "x"], "argument --n: 'x' is not an integer"),
         (["zeroshot", "--envs"], "argument --envs: expected at least one argument"),  # printed nothing
+        # these failed after the model loaded, in a traceback (a ValueError, an overflow in numpy)
+        (["demo", "--temperature", "inf"], "argument --temperature: must be finite, got inf"),
+        (["demo", "--seed", "99999999999999999999"], "argument --seed: must be at most 2147483647"),
     ],
 )
 def test_demo_and_zeroshot_refuse_bad_numbers_before_the_model_loads(argv, message, capsys, monkeypatch):
@@ -235,6 +238,17 @@ def test_demo_and_zeroshot_refuse_bad_numbers_before_the_model_loads(argv, messa
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["demo", "zeroshot"])
+def test_a_token_cap_over_the_context_is_refused_before_the_model_loads(command, capsys, monkeypatch):
+    """The RolloutConfig was built after the model loaded, its ValueError a traceback."""
+    from ragen_lib import models
+    from ragen_lib.__main__ import main
+
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("the model loaded first"))
+    assert main([command, "--max-new-tokens", "9000"]) == 2
+    assert "rollout.max_new_tokens=9000 leaves no room" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("batching", ["turn", "continuous"])

@@ -954,6 +954,41 @@ def test_cli_typos_in_plot_bench_and_repair_name_the_fix_without_a_traceback(tmp
     assert main(["plot", str(tmp_path), "--metrics", "rollout/success", "val/success"]) == 0
 
 
+def test_plot_of_a_store_it_cannot_write_or_a_bad_png_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    """plot writes <store>/adhoc.png: on a colleague's read-only store, or with --png under a
+    file, it raised a PermissionError or FileExistsError traceback."""
+    from ragen_lib.__main__ import main
+
+    run = Run(runs.run_dir(tmp_path, "adhoc", CFG), CFG)
+    run.log(0, {"rollout/success": 0.5, "rollout/format_valid": 1.0})
+    run.close()
+    (tmp_path / "afile").write_text("")
+    assert main(["plot", str(tmp_path), "--png", str(tmp_path / "afile" / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--png" in err and "must be a folder this user can write" in err and "--png PATH" in err
+    # a store this user cannot write (as root every folder is writable: the refusal is staged)
+    from matplotlib.figure import Figure
+
+    def refused(self, path, **kw):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Figure, "savefig", refused)
+    assert main(["plot", str(tmp_path)]) == 2
+    assert f"the run store {tmp_path} must be a folder this user can write" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_a_run_is_one_line_that_says_how_to_resume(monkeypatch, capsys):
+    import ragen_lib.__main__ as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_run", interrupted)
+    assert cli.main(["run", "some.yaml"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted: the same command resumes the run from its last checkpoint"
+
+
 def test_ragen_commit_names_a_copy_whose_git_is_absent_or_stale(monkeypatch):
     def no_git(*a, **k):
         raise FileNotFoundError("git")
