@@ -30,7 +30,7 @@ help:
 	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  plan (disk check), then every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook (its plan first);  make report: outputs/<profile>/REPORT.md;  make lab"
-	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update)"
+	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update; QUICK=1: outputs/bench/quick/)"
 	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
 	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
 	@echo "make offline-bundle DEST=dir [PART_MB=56] [PYTHONS=\"3.10 3.11 3.12\"] [SKIP=\"pkg ...\"] [EXTRAS=\"notebooks bench\"]"
@@ -87,7 +87,8 @@ check-learning: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m ragen_lib demo --env sokoban
 
-# Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda, QUICK=1).
+# Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda; QUICK=1, tiny
+# sizes, writes outputs/bench/quick/ and leaves the full report as it is).
 bench: $(STAMP)
 	$(PY) -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
 

@@ -314,8 +314,8 @@ def _plan(args) -> int:
     blocked = _unwritable(p["root"])
     if blocked and not args.no_check:  # papermill would fail on it later, in a traceback per notebook
         raise ConfigError(
-            f"the outputs folder {p['root']} cannot be made here: {blocked}. Point RAGEN_OUTPUTS at a "
-            "folder this user can write"
+            f"the outputs folder {p['root']} cannot be made here: {blocked}. Point "
+            f"{'--root' if args.root else 'RAGEN_OUTPUTS'} at a folder this user can write"
         )
     if p["need_bytes"] > p["free_bytes"] and not args.no_check:
         print(
@@ -513,7 +513,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     plan.add_argument("profile", help="smoke | quick | paper")
     plan.add_argument("--root", default=None, help="run store (default: outputs/<profile> or $RAGEN_OUTPUTS)")
-    plan.add_argument("--finding", nargs="*", default=[], help="only these findings (default: all)")
+    plan.add_argument(
+        "--finding",
+        nargs="*",
+        default=[],
+        help="only these findings (default: all); after the profile (plan smoke --finding 01_instability): "
+        "it takes every word after it",
+    )
     plan.add_argument(
         "--device",
         type=_device,
@@ -568,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
             raise  # not under a folder the user named: a bug's traceback, kept
         # --out, RAGEN_OUTPUTS or RAGEN_CACHE naming a file where a folder goes (or a folder that
         # cannot be written): the path is the fix, not the traceback.
-        hint = "; pass --png PATH where you can write" if args.command == "plot" else ""
+        hint = "; pass --png PATH where you can write" if root.startswith(("--png", "the run store")) else ""
         print(
             f"error: {e}: {root} must be a folder this user can write (a file is there, or no "
             f"permission){hint}",
@@ -583,10 +589,11 @@ def _given_root(e: OSError, args) -> str | None:
     from pathlib import Path
 
     out, root, png = (getattr(args, k, None) for k in ("out", "root", "png"))
-    given = [(f"--out {out}", out), (f"--png {png}'s folder", png and str(Path(png).parent))]
-    given += [(f"the run store {root}", root)]
-    given += [(f"{v}={os.environ.get(v)}", os.environ.get(v)) for v in ("RAGEN_OUTPUTS", "RAGEN_CACHE")]
     failed = Path(os.fsdecode(e.filename)).absolute() if e.filename else None
+    if png and failed and Path(png).absolute().is_relative_to(failed):  # the file, or a folder above it
+        return f"--png {png}'s folder"
+    given = [(f"--out {out}", out), (f"the run store {root}", root)]
+    given += [(f"{v}={os.environ.get(v)}", os.environ.get(v)) for v in ("RAGEN_OUTPUTS", "RAGEN_CACHE")]
     for name, root in given:
         if root and failed and failed.is_relative_to(Path(root).absolute()):
             return name

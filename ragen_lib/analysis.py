@@ -649,8 +649,10 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
     if mechanism == "think":
         length = df["reasoning/length"].dropna() if "reasoning/length" in df else pd.Series([])
         if not len(length):
-            # NaN at every step: no turn's tags matched, so there was no reasoning to measure
-            return "no reasoning/length logged (no turn's tags matched the format)"
+            # absent, or NaN at every step: no turn's tags matched, no reasoning to measure
+            return "no reasoning/length logged" + (
+                " (NaN at every step: no turn's tags matched the format)" if "reasoning/length" in df else ""
+            )
         if float(length.mean()) < MIN_REASONING_TOKENS:
             return (
                 f"its reasoning averaged {_fmt(float(length.mean()))} tokens a turn "
@@ -747,13 +749,23 @@ def _env_kwargs(env: str, flat: dict) -> tuple:
         value = value.item() if hasattr(value, "item") else value
         default = defaults.get(name)
         if isinstance(value, str) and not isinstance(default, str):
-            value = ast.literal_eval(value)
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):  # not a literal: the env's own check names it
+                pass
         if isinstance(default, bool):
             value = bool(value)
         elif isinstance(default, int) and isinstance(value, float) and value.is_integer():
             value = int(value)
         out.append((name, tuple(value) if isinstance(value, list) else value))
     return tuple(out)
+
+
+def _nan_meaning(metric: str) -> str:
+    """A metric's definition, which says when it is NaN (metrics.METRICS: "... (NaN: none did)")."""
+    from ragen_lib.metrics import METRICS
+
+    return f"its definition: {METRICS[metric].doc}" if metric in METRICS else "nothing was measured"
 
 
 # ---- one sub-claim → one row ----
@@ -856,6 +868,9 @@ def judge(
             else "arm b has no runs"
             if B.empty
             else f"no {claim.metric} logged"
+            if claim.metric not in df
+            # logged, but NaN where there was nothing to measure (reasoning/* where no turn parsed)
+            else f"{claim.metric} is NaN at every step of arm a; {_nan_meaning(claim.metric)}"
         )
         return replace(
             row,

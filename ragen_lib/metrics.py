@@ -11,7 +11,7 @@ Text diagnostics for the echo trap live here as plain functions of strings:
 - `distinct_n`: the fraction of distinct n-grams across a batch of reasoning texts (diversity),
   rarefied to a fixed number of n-grams (`DISTINCT_AT`) in the step metrics;
 - `reasoning_stats`: the step's `reasoning/length` and `reasoning/distinct2`, over the turns whose
-  tags matched, as the trainer, the warm-up probe and the `probe` command all measure them;
+  tags matched, as the trainer, the warm-up probe and the `zeroshot` command all measure them;
 - `reasoning_mi`: a mutual-information proxy between the initial state and the reasoning
   ("template collapse": the reasoning stops depending on the input while looking varied).
 """

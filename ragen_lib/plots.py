@@ -84,7 +84,7 @@ def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict
         refs = {
             h: analysis.arm_reference(part[part[hue] == h], env) for h in colours if (part[hue] == h).any()
         }
-    except ValueError:  # an env without a floor (unknown name): no lines, not a failed figure
+    except Exception:  # an env without a floor (unknown name, odd kwargs): no lines, not a failed figure
         return False
     if not refs:
         return False
@@ -164,9 +164,9 @@ def curves(
                     ax.plot(seed_part["step"], seed_part[m], color=colours[h], lw=0.7, alpha=0.35)
                 # The mean only where every seed of the line has a value: past a seed that stopped
                 # early it would be the mean of the others, a jump that reads as a collapse.
-                by_step = d.groupby("step")[m]
-                every = by_step.count() == (d[SEED].nunique() if SEED in d else d["run_id"].nunique())
-                mean = by_step.mean()[every]
+                key = SEED if SEED in d else "run_id"  # seeds, not rows: a sweep may share one
+                every = d.groupby("step")[key].nunique() == d[key].nunique()
+                mean = d.groupby("step")[m].mean()[every]
                 ax.plot(
                     mean.index, mean.values, color=colours[h], lw=2.2, marker="o" if sparse else None, ms=4
                 )

@@ -33,11 +33,11 @@ all_sections=load,generation,prefill,update,train,memory
 BENCH_ONLY=${BENCH_ONLY:-$all_sections}
 # A subset of sections writes beside the device's full report, not over it (on 2026-11-27 an
 # H100's `--only memory` replaced its load-to-train report): outputs/bench/<sections joined by +>.
-if [ "$BENCH_ONLY" = "$all_sections" ]; then
-  BENCH_OUT=${BENCH_OUT:-outputs/bench}
-else
-  BENCH_OUT=${BENCH_OUT:-outputs/bench/${BENCH_ONLY//,/+}}
-fi
+# A quick (tiny-size) bench likewise: outputs/bench/[<sections>-]quick, as `bench` names it.
+part=${BENCH_ONLY//,/+}
+[ "$BENCH_ONLY" = "$all_sections" ] && part=
+[ -n "${BENCH_QUICK:-}" ] && part=${part:+$part-}quick
+BENCH_OUT=${BENCH_OUT:-outputs/bench${part:+/$part}}
 CHECK_S=${CHECK_S:-240}
 ev=$out/evidence
 mkdir -p "$ev"

@@ -928,6 +928,21 @@ def test_both_arms_pinned_at_one_value_are_a_tie_at_a_bound_not_a_decision():
     )
 
 
+def test_a_metric_logged_as_nan_everywhere_says_what_its_nan_means():
+    """reasoning/distinct2 is NaN where the reasoning held fewer than 128 bigrams: 'no
+    reasoning/distinct2 logged' sent a reader looking for a missing column."""
+    falls = analysis.Claim(
+        "echo", "diversity falls", "reasoning/distinct2", 0.001, score="slope", direction=-1
+    )
+    df = runs_df({"a": 0.5}, **{"reasoning/distinct2": float("nan")})
+    row = analysis.judge(df, falls, {"arm": "a"}, None, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason.startswith(
+        "no data: reasoning/distinct2 is NaN at every step of arm a; its definition: "
+    )
+    assert "NaN: fewer" in row.reason
+
+
 def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
     """Table 4 compares a think arm with a no-think one; an empty <think></think> passes the format
     check, so a think arm whose reasoning averaged under a token a turn is a second no-think arm."""
@@ -953,8 +968,11 @@ def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
         analysis.REPRODUCED
     )
     row = analysis.judge(df, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert row.reason == (
-        "mechanism did not act (think, arm a): no reasoning/length logged (no turn's tags matched the format)"
+    assert row.reason == "mechanism did not act (think, arm a): no reasoning/length logged"
+    unparsed = df.assign(**{"reasoning/length": float("nan")})  # logged, but no turn's tags matched
+    row = analysis.judge(unparsed, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason.endswith(
+        "no reasoning/length logged (NaN at every step: no turn's tags matched the format)"
     )
 
 

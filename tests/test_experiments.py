@@ -598,7 +598,7 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     # an outputs root under a file passed the plan, then papermill raised for every notebook
     (tmp_path / "afile").write_text("")
     assert main(["plan", "smoke", "--root", str(tmp_path / "afile" / "out")]) == 2
-    assert f"{tmp_path / 'afile'} is a file. Point RAGEN_OUTPUTS at" in capsys.readouterr().err
+    assert f"{tmp_path / 'afile'} is a file. Point --root at" in capsys.readouterr().err
 
 
 def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots():
@@ -619,6 +619,9 @@ def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots()
 
 
 def test_plan_estimates_minutes_from_the_measured_step(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the host's GPU would choose the file
     bench = tmp_path / "bench"
     bench.mkdir()
     assert experiments.measured_step(cuda=True, bench_dir=bench) is None

@@ -213,6 +213,11 @@ def test_the_mean_line_stops_where_a_seed_stopped_and_the_title_says_a_run_is_un
     bold = [line for line in ax.lines if line.get_linewidth() > 2]
     assert list(bold[0].get_xdata()) == [0, 1, 2]  # not the other seed alone after step 2
     assert "unfinished: 1 run (drawn, not scored)" in fig._suptitle.get_text()
+    # a line that holds several runs of one seed (a sweep at seed 0) still gets its mean
+    sweep = runs_df().assign(variant="all")
+    fig = plots.curves(sweep[sweep["cfg.env.name"] == "bandit"], ["rollout/success"], hue="variant")
+    ax = [a for a in fig.axes if a.get_ylabel() == plots.label("rollout/success")][0]
+    assert len([line for line in ax.lines if line.get_linewidth() > 2][0].get_xdata()) == 6
 
 
 def test_an_empty_selection_gets_an_error_that_says_what_to_do():
