@@ -153,7 +153,13 @@ held_out = pd.concat(
 )
 held_out["arm"] = held_out["think"].map({True: "think", False: "no-think"})
 table4_bar = plots.bars(
-    held_out, "shift", "success", hue="arm", title="Table 4: held-out success", metric="val/success"
+    held_out,
+    "shift",
+    "success",
+    hue="arm",
+    title="Table 4: held-out success",
+    metric="val/success",
+    ylabel="success (val) on the shifted env",
 )
 shop = df[df["cfg.env.name"] == "webshop"]
 fig_bonus = plots.curves(
