@@ -99,9 +99,8 @@ def _bench(args) -> int:
     if out is None:
         # A part of the bench (`--only trl`, `--quick`) replaced the committed full report with its
         # few rows, and `plan` lost the train step it reads: a part goes beside the full report.
-        part = "+".join(only) if only and set(only) != set(bench.SECTIONS) else ""
-        part = f"{part}-quick" if part and args.quick else "quick" if args.quick else part
-        out = str(Path("outputs/bench") / part) if part else "outputs/bench"
+        part = ["+".join(only)] if only and set(only) != set(bench.SECTIONS) else []
+        out = str(Path("outputs/bench", "-".join(part + ["quick"] * args.quick)))
     try:
         bench.run(args.model, args.device, out, quick=args.quick, only=only, before=args.before)
     except bench.SectionsFailed as e:  # the tracebacks are printed; the report (if any row) holds the rest
@@ -217,10 +216,7 @@ def _zeroshot(args) -> int:
                 "mean_tokens": round(sum(tokens) / n, 1),
                 # As `reasoning/length` and `reasoning/distinct2`: over the answers whose tags
                 # matched (an answer that never closes <think> has no reasoning to measure).
-                **{
-                    {"length": "reasoning_length"}.get(k, k): round(v, 4)
-                    for k, v in reasoning_stats(tok, thinks).items()
-                },
+                **{k: round(v, 4) for k, v in reasoning_stats(tok, thinks).items()},
                 "max_new_tokens": cap,
                 "temperature": args.temperature,
                 "seconds": round(time.perf_counter() - t0, 1),
@@ -329,7 +325,7 @@ def _plan(args) -> int:
 
 
 def _unwritable(root) -> str | None:
-    """Why folder `root` cannot be created or written ('' or None: it can), without creating it."""
+    """Why folder `root` cannot be created or written (None: it can), without creating it."""
     from pathlib import Path
 
     path = Path(root).absolute()

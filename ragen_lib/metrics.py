@@ -260,6 +260,7 @@ def step_metrics(
     think_states = [episodes["seeds"][i] for i, ep in enumerate(episodes["thinks"]) for _ in ep]
     turn_valid = [f for ep in episodes["turn_format_valid"] for f in ep]
     turn_cut = [c for ep in episodes["turn_cut"] for c in ep]
+    reasoning = reasoning_stats(tokenizer, thinks)
     m = {
         "rollout/success": float(episodes["success"].float().mean()),
         "rollout/format_valid": sum(turn_valid) / max(len(turn_valid), 1),
@@ -273,7 +274,8 @@ def step_metrics(
         "reward/group_std_kept": float(group_std[keep].mean()),
         "reward/frac_zero_std": float((group_std == 0).float().mean()),
         "response/length": int(episodes["gen_tokens"].sum()) / max(int(episodes["num_turns"].sum()), 1),
-        **{f"reasoning/{k}": v for k, v in reasoning_stats(tokenizer, thinks).items()},
+        "reasoning/length": reasoning["reasoning_length"],
+        "reasoning/distinct2": reasoning["distinct2"],
         "reasoning/mi": reasoning_mi(thinks, think_states),
         "reasoning/consistency": float(kept_reasoning.mean()) if len(kept_reasoning) else 0.0,
         **{k: _finite_mean(v) for k, v in update.items()},
@@ -348,12 +350,14 @@ def distinct_n(texts: list[str], n: int = 2, at: int | None = None) -> float:
 
 
 def reasoning_stats(tokenizer, thinks: list[str]) -> dict[str, float]:
-    """`length`: mean tokens of the reasoning texts; `distinct2`: their distinct-2 rarefied to
-    `DISTINCT_AT` bigrams. `thinks`: the texts of the turns whose tags matched only (a turn that
-    did not parse has no reasoning, not an empty one); both NaN when there is none to measure."""
+    """`reasoning_length`: mean tokens of the reasoning texts; `distinct2`: their distinct-2 rarefied
+    to `DISTINCT_AT` bigrams (the names the warm-up probe and `zeroshot` report; the step metrics'
+    are reasoning/length and reasoning/distinct2). `thinks`: the texts of the turns whose tags
+    matched only (a turn that did not parse has no reasoning, not an empty one); both NaN when there
+    is none to measure."""
     lengths = [len(tokenizer(th)["input_ids"]) for th in thinks]
     return {
-        "length": float(np.mean(lengths)) if lengths else float("nan"),
+        "reasoning_length": float(np.mean(lengths)) if lengths else float("nan"),
         "distinct2": distinct_n(thinks, 2, at=DISTINCT_AT),
     }
 

@@ -301,11 +301,8 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
         v = part[metric]
         window = part.iloc[-max(1, round(len(v) / 3)) :] if score == "late" else part
         val = float(window[metric].mean()) if score == "late" else float(np.median(v))
-        if fmt and fmt in part:
-            shown = window[fmt] if score == "late" else part[fmt]
-            facts_fmt = {FORMAT: float(shown.mean()) if shown.notna().any() else float("nan")}
-        else:
-            facts_fmt = {}
+        # the same points as the score; NaN where none of them logged a format-valid rate
+        facts_fmt = {FORMAT: float(window[fmt].mean())} if fmt and fmt in part else {}
         # A seed's bar may pool runs (envs pooled per seed): every value they hold is kept, joined.
         facts = {
             c: ", ".join(sorted(part[c].dropna().astype(str).unique())) or None

@@ -104,12 +104,10 @@ def first_turn_probe(policy, tok, cfg: Config, states: list[int]) -> dict[str, f
         env_kwargs=dict(cfg.env.kwargs),
         sample_seed=seeds.PROBE_SAMPLING,
     )
-    reasoning = reasoning_stats(tok, [th for ep in b.reasoning() for th in ep])
     return {
         "format_valid": b.format_valid_rate,
         "success": float(b.success.float().mean()),
-        "reasoning_length": reasoning["length"],
-        "distinct2": reasoning["distinct2"],
+        **reasoning_stats(tok, [th for ep in b.reasoning() for th in ep]),
     }
 
 

@@ -96,9 +96,9 @@ def test_rarefied_distinct_n_does_not_fall_with_the_number_of_texts():
 
 def test_reasoning_stats_measure_only_the_reasoning_there_is():
     tok = lambda t: {"input_ids": t.split()}  # noqa: E731
-    assert M.reasoning_stats(tok, ["a b c d", "e f"])["length"] == 3.0
+    assert M.reasoning_stats(tok, ["a b c d", "e f"])["reasoning_length"] == 3.0
     empty = M.reasoning_stats(tok, [])
-    assert math.isnan(empty["length"]) and math.isnan(empty["distinct2"])
+    assert math.isnan(empty["reasoning_length"]) and math.isnan(empty["distinct2"])
 
 
 def test_reasoning_mi_by_hand():

@@ -298,5 +298,5 @@ def test_a_turn_whose_tags_did_not_match_has_no_reasoning_to_measure(tiny, monke
     b = collect(model, tok, "sokoban", [0, 1], 1, cfg, sample_seed=0)
     assert b.turn_matched == [[False], [True]], [b.transcript(i) for i in range(2)]
     assert b.reasoning() == [[], ["Push up."]]
-    length = reasoning_stats(tok, [t for ep in b.reasoning() for t in ep])["length"]
+    length = reasoning_stats(tok, [t for ep in b.reasoning() for t in ep])["reasoning_length"]
     assert length == len(tok("Push up.")["input_ids"])  # not halved by the turn that did not parse
