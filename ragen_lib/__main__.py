@@ -511,10 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--root", default=None, help="run store (default: outputs/<profile> or $RAGEN_OUTPUTS)")
     plan.add_argument(
         "--finding",
-        nargs="*",
+        action="append",
         default=[],
-        help="only these findings (default: all); after the profile (plan smoke --finding 01_instability): "
-        "it takes every word after it",
+        help="only this finding (repeat for more; default: all); one word per flag, so "
+        "`plan --finding 01_instability smoke` keeps smoke as the profile",
     )
     plan.add_argument(
         "--device",

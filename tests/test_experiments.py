@@ -576,6 +576,12 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     out = capsys.readouterr().out
     assert "03_uncertainty_filtering" in out
     assert "per grid); model tiny-random (not the paper's Qwen2.5-0.5B-Instruct)\n" in out
+    # --finding takes one word per flag: before the profile it left `plan` without one (rc 2)
+    flags = ["--root", str(tmp_path), "--no-check"]
+    assert main(["plan", "--finding", "02_echo_trap", "smoke", *flags]) == 0
+    assert main(["plan", "smoke", "--finding", "02_echo_trap", "--finding", "01_instability", *flags]) == 0
+    both = capsys.readouterr().out.split("\n\n")[-1]
+    assert "\n02_echo_trap " in both and "\n01_instability " in both
     # RAGEN_MODEL chooses the quick profile's model (smoke names tiny-random); one that is not there
     # stops replicate-all's first step with the fix
     gone = str(tmp_path / "gone.gguf")
