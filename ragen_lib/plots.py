@@ -4,9 +4,10 @@ Rules every figure follows (issue 16): one palette and `hue_order` shared by all
 legend for the figure, in natural (numeric) order; success and format-valid axes fixed to [0, 1];
 sparse series (validation) drawn with markers; axis labels from `metrics.label`; the env's chance
 (random play) and best-possible (expert) success as reference lines, each arm's own as the verdicts
-take them; every seed drawn thin and the mean over seeds bold where every seed has a value, with
-the seed count (and any unfinished run) in the title; a format-valid rate beside every success,
-curve or bar; error bars (95% CI over seeds) on every bar; no offset notation on any axis.
+take them; every seed drawn thin and the mean over seeds bold where every seed has a value (a line
+breaks at a logged step where it has none, never bridges it), with the seed count (and any
+unfinished run) in the title; a format-valid rate beside every success, curve or bar; error bars
+(95% CI over seeds) on every bar; no offset notation on any axis.
 """
 
 from __future__ import annotations
@@ -155,18 +156,24 @@ def curves(
             ax = axes[i][j]
             data = part.dropna(subset=[m]) if m in part else part.iloc[:0]
             sparse = len(data) and data.groupby("run_id")["step"].nunique().max() < part["step"].nunique()
+            # The steps this metric is logged at (validation: every val_every): a line breaks at one
+            # of them where it has no value (reasoning length where no tag matched), not bridges it.
+            logged = sorted(set(data["step"]))
             for h in hue_order:
                 d = data[data[hue] == h]
                 if d.empty:
                     continue
-                for _, seed_part in d.groupby(SEED if SEED in d else "run_id"):
-                    seed_part = seed_part.sort_values("step")
-                    ax.plot(seed_part["step"], seed_part[m], color=colours[h], lw=0.7, alpha=0.35)
+                key = SEED if SEED in d else "run_id"  # seeds, not rows: a sweep may share one
+                for _, seed_part in d.groupby(key):
+                    line = seed_part.groupby("step")[m].mean()
+                    line = line.reindex([s for s in logged if s <= line.index.max()])
+                    ax.plot(line.index, line.values, color=colours[h], lw=0.7, alpha=0.35)
                 # The mean only where every seed of the line has a value: past a seed that stopped
                 # early it would be the mean of the others, a jump that reads as a collapse.
-                key = SEED if SEED in d else "run_id"  # seeds, not rows: a sweep may share one
                 every = d.groupby("step")[key].nunique() == d[key].nunique()
-                mean = d.groupby("step")[m].mean()[every]
+                mean = d.groupby("step")[m].mean().where(every)
+                last = mean.last_valid_index()  # None: no step where every seed has a value
+                mean = mean.reindex([s for s in logged if last is not None and s <= last])
                 ax.plot(
                     mean.index, mean.values, color=colours[h], lw=2.2, marker="o" if sparse else None, ms=4
                 )

@@ -227,3 +227,34 @@ def test_an_empty_selection_gets_an_error_that_says_what_to_do():
                  lambda d: plots.bars(d, "variant", "rollout/success")):  # fmt: skip
         with pytest.raises(ValueError, match="no rows to draw.*run the study first"):
             call(runs_df().iloc[:0])
+
+
+def test_a_line_breaks_where_its_metric_has_no_value_instead_of_bridging_the_gap():
+    """reasoning/length is NaN at a step where no think tag matched: the line joined the steps on
+    either side, drawing a value that was never measured. Validation, logged every 3 steps, still
+    joins its points (those steps were never logged, not missing)."""
+    df = runs_df()
+    df["reasoning/length"] = 10.0 + df["step"]
+    gap = (df["variant"] == "top 25%") & (df["step"] == 2)
+    df.loc[gap, "reasoning/length"] = float("nan")
+    one_seed = (df["variant"] == "top 5%") & (df["step"] == 4) & (df["cfg.train.seed"] == 1)
+    df.loc[one_seed, "reasoning/length"] = float("nan")
+    fig = plots.curves(df[df["cfg.env.name"] == "bandit"], ["reasoning/length", "val/success"], hue="variant")
+    ax = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("reasoning/length")][0]
+    colour = {name: tuple(plots.palette(plots.order(df["variant"]))[name]) for name in df["variant"]}
+
+    def lines(variant, bold):
+        return [
+            (list(line.get_xdata()), list(line.get_ydata()))
+            for line in ax.lines
+            if tuple(line.get_color()) == colour[variant] and (line.get_linewidth() > 2) == bold
+        ]
+
+    [(x, y)] = lines("top 25%", bold=True)
+    assert x == [0, 1, 2, 3, 4, 5] and y[2] != y[2] and y[3] == 13.0  # a break at 2, not 11 -> 13
+    assert all(xs == [0, 1, 2, 3, 4, 5] and ys[2] != ys[2] for xs, ys in lines("top 25%", bold=False))
+    [(x, y)] = lines("top 5%", bold=True)  # one seed missing: no mean there either
+    assert y[4] != y[4] and y[3] == 13.0 and y[5] == 15.0
+    val = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("val/success")][0]
+    bold = [list(line.get_xdata()) for line in val.lines if line.get_linewidth() > 2]
+    assert bold and all(xs == [0, 3] for xs in bold)
