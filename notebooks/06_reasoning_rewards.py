@@ -39,8 +39,8 @@ overrides = {}  # dotted config overrides applied to every run
 # no-think (margin 0.1).
 # (Bonus) WebShop-lite late reasoning consistency with λ = 0.4 beats λ = 0 (MDE 0.05). Each row
 # INCONCLUSIVE at the held-out env's floor or ceiling, or under-powered; the Fig. 11 and Table 4
-# rows also when the think arm did not think (reasoning under one token a turn: an empty
-# `<think></think>` passes the format check). Headline: the three
+# rows also when the think arm did not think (reasoning under one token a turn over all its turns:
+# an empty `<think></think>` passes the format check). Headline: the three
 # Table 4 rows (the generalisation claim); Fig. 11 and the bonus are secondary.
 
 # %%

@@ -112,8 +112,9 @@ MIN_CLIP_FRAC = 0.01
 #: CPU): 0% at step 0 (the policy is the reference), 3% at step 1, 44% at step 5; 16% over the run.
 MIN_KL_SHARE = 0.01
 MIN_SEEDS = 3
-#: A think arm thought when its parsed <think> text averaged at least this many tokens a turn
-#: (think claims): an empty `<think></think>` passes the format check.
+#: A think arm thought when its parsed <think> text averaged at least this many tokens a turn, over
+#: all its turns (`reasoning/length` × `reasoning/matched`; think claims): an empty
+#: `<think></think>` passes the format check, and tags that matched on a few turns are not thinking.
 MIN_REASONING_TOKENS = 1.0
 #: A censored run learned when its success peak (5-step training average, or validation) rose this
 #: far above the env's random play: the max of ~30 validations of 128 random-level states lies
@@ -653,6 +654,20 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
             return "no reasoning/length logged" + (
                 " (NaN at every step: no turn's tags matched the format)" if "reasoning/length" in df else ""
             )
+        matched = df["reasoning/matched"].dropna() if "reasoning/matched" in df else pd.Series([])
+        if len(matched):
+            # Tokens a turn over all turns, not only the matched ones: an arm whose tags matched on a
+            # few turns of one step out of 30 averaged many tokens there, and had not thought.
+            rows = df.loc[matched.index]
+            per_turn = float((rows["reasoning/length"].fillna(0.0) * matched).mean())
+            if per_turn < MIN_REASONING_TOKENS:
+                return (
+                    f"its reasoning averaged {_fmt(per_turn)} tokens a turn over all its turns "
+                    f"(< {MIN_REASONING_TOKENS:g}; {_fmt(float(length.mean()))} where the tags matched, "
+                    f"on {float(matched.mean()):.0%} of its turns): the think arm did not think"
+                )
+            return None
+        # a run store from before reasoning/matched: the matched turns' length alone
         if float(length.mean()) < MIN_REASONING_TOKENS:
             return (
                 f"its reasoning averaged {_fmt(float(length.mean()))} tokens a turn "

@@ -134,6 +134,10 @@ METRICS: dict[str, Metric] = {
     "reasoning/length": Metric(
         "reasoning tokens", "tokens of the parsed <think> text per turn whose tags matched (NaN: none did)"
     ),
+    "reasoning/matched": Metric(
+        "think tags matched",
+        "share of the turns whose format tags matched (the turns reasoning/length measures)",
+    ),
     "reasoning/distinct2": Metric(
         "distinct-2", "distinct share of 128 bigrams drawn from the reasoning texts (rarefied; NaN: fewer)"
     ),
@@ -275,6 +279,7 @@ def step_metrics(
         "reward/frac_zero_std": float((group_std == 0).float().mean()),
         "response/length": int(episodes["gen_tokens"].sum()) / max(int(episodes["num_turns"].sum()), 1),
         "reasoning/length": reasoning["reasoning_length"],
+        "reasoning/matched": len(thinks) / max(len(turn_valid), 1),
         "reasoning/distinct2": reasoning["distinct2"],
         "reasoning/mi": reasoning_mi(thinks, think_states),
         "reasoning/consistency": float(kept_reasoning.mean()) if len(kept_reasoning) else 0.0,

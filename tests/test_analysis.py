@@ -974,6 +974,27 @@ def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
     assert row.reason.endswith(
         "no reasoning/length logged (NaN at every step: no turn's tags matched the format)"
     )
+    # Tags that matched at one step of the run: 20 tokens there, NaN (no matched turn) elsewhere,
+    # passed the check as an arm that thought; over all its turns it wrote under a token a turn.
+    once = df["step"] == df["step"].min()
+    rare = thought.assign(
+        **{
+            "reasoning/length": thought["reasoning/length"].where(once | (df["arm"] == "b")),
+            "reasoning/matched": (once & (df["arm"] == "a")).astype(float) * 0.5,
+        }
+    )
+    row = analysis.judge(rare, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    steps = df["step"].nunique()
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        f"mechanism did not act (think, arm a): its reasoning averaged {analysis._fmt(10 / steps)} tokens "
+        "a turn over all its turns (< 1; 20 where the tags matched, "
+        f"on {0.5 / steps:.0%} of its turns): the think arm did not think"
+    )
+    every = rare.assign(**{"reasoning/matched": 0.5, "reasoning/length": thought["reasoning/length"]})
+    assert analysis.judge(every, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )  # 20 tokens on half the turns: 10 a turn
 
 
 def test_a_lead_whose_indicator_cannot_be_read_is_left_out_and_named_not_scored_0():

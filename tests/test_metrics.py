@@ -125,7 +125,7 @@ def test_consistency_bonus_by_hand():
 
 
 def _step_metrics(**measured):
-    """step_metrics of two episodes (one turn, then three: 2 of 4 turns valid, 2 cut)."""
+    """step_metrics of two episodes (one turn, then three: 2 of 4 turns valid, 2 cut, 3 matched)."""
     episodes = {
         "rewards": torch.tensor([1.0, 0.0]),
         "success": torch.tensor([True, False]),
@@ -133,7 +133,7 @@ def _step_metrics(**measured):
         "num_turns": torch.tensor([1, 3]),
         "gen_tokens": torch.tensor([4.0, 6.0]),
         "seeds": [0, 0],
-        "thinks": [["a b"], ["c", "d", "e"]],
+        "thinks": [["a b"], ["c", "e"]],  # the matched turns' reasoning only
         "turn_format_valid": [[True], [False, False, True]],
         "turn_cut": [[False], [True, True, False]],
     }
@@ -159,3 +159,5 @@ def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
     measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k in from_update}
     m = _step_metrics(**measured)
     assert m["rollout/answer_cut"] == 0.5 and m["rollout/format_valid"] == 0.5
+    # 3 of 4 turns matched their tags; the length is over those three (2, 1 and 1 tokens)
+    assert m["reasoning/matched"] == 0.75 and m["reasoning/length"] == pytest.approx(4 / 3)
