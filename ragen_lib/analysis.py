@@ -112,6 +112,10 @@ MIN_CLIP_FRAC = 0.01
 #: CPU): 0% at step 0 (the policy is the reference), 3% at step 1, 44% at step 5; 16% over the run.
 MIN_KL_SHARE = 0.01
 MIN_SEEDS = 3
+#: A filter chose by uncertainty when its kept groups' reward std beat all groups' on at least this
+#: share of the steps (filter claims): on the others every group tied, and top-k kept the first ones,
+#: the unfiltered arm's choice in all but the batch size.
+MIN_FILTER_SHARE = 0.5
 #: A think arm thought when its parsed <think> text averaged at least this many tokens a turn, over
 #: all its turns (`reasoning/length` × `reasoning/matched`; think claims): an empty
 #: `<think></think>` passes the format check, and tags that matched on a few turns are not thinking.
@@ -355,6 +359,17 @@ class Claim:
     alpha: float = 0.05
     indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
 
+    def __post_init__(self):
+        if self.score == "lead" and not self.indicator:
+            raise ValueError(
+                f"claim {self.id!r}: score 'lead' needs indicator=<metric> (the early warning whose drop "
+                "leads the collapse, e.g. reward/group_std)"
+            )
+        if self.mechanism is not None and self.mechanism not in MECHANISMS:
+            raise ValueError(
+                f"claim {self.id!r}: unknown mechanism {self.mechanism!r}: {' | '.join(MECHANISMS)}"
+            )
+
     def criterion(self) -> str:
         """The criterion in words, as printed before the data."""
         sign = ">" if self.direction > 0 else "<"
@@ -378,7 +393,7 @@ class Row:
     a: float = float("nan")
     b: float = float("nan")
     seeds: list = field(default_factory=list)
-    steps: int | None = None
+    steps: int | str | None = None  # "150 / 30" where the runs' horizons differ
     val_size: int | str | None = None  # "128 / 256" where the arms differ
     temperature: float | str | None = None
     models: list = field(default_factory=list)  # cfg.model.name of the rows judged
@@ -457,7 +472,11 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         horizon = int(part["step"].max()) + 1
         points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
         why = ""  # why the score is NaN (set below where the metric alone does not say)
-        if claim.score in ("collapse", "lead"):
+        if claim.score in ("collapse", "lead") and v.empty:
+            # No success at all: whether the run learned, and so whether "no collapse" means steady,
+            # cannot be read; scoring it censored counted it as the steadier arm.
+            score = float("nan")
+        elif claim.score in ("collapse", "lead"):
             fmt = part.set_index("step")["rollout/format_valid"] if "rollout/format_valid" in part else None
             step = collapse(v, fmt, episodes=_n_eval(part, "rollout/success"))
             val = part["val/success"].dropna() if "val/success" in part else pd.Series(dtype=float)
@@ -638,8 +657,12 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
             return (
                 "no KL reward logged (reward/kl_penalty; a KL loss term, kl_in_reward=false, is not measured)"
             )
+        if not float(size.mean()) > 0:
+            return f"the KL reward was {_fmt(float(size.mean()))} at every step: the KL did not act"
+        if "reward/std" not in df or df["reward/std"].isna().all():
+            return "no reward/std logged: the KL reward cannot be sized against the rewards' spread"
         spread = float(df["reward/std"].mean())
-        share = float(size.mean()) / spread if spread > 0 else math.inf
+        share = float(size.mean()) / spread if spread > 0 else math.inf  # the only reward signal
         if share < MIN_KL_SHARE:
             return (
                 f"the KL reward moved an episode's returns by at most {_fmt(float(size.mean()))}, "
@@ -677,15 +700,30 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
     if mechanism == "filter":
         if "rollout/kept" not in df:
             return "no rollout/kept logged"
+        if "cfg.train.groups" not in df or "cfg.train.group_size" not in df:
+            return "no cfg.train.groups / cfg.train.group_size in the frame: the batch the filter chose from"
         # a step plays online_k × P × N episodes (each rollout feeds online_k updates), all filtered
         total = df["cfg.train.groups"] * df["cfg.train.group_size"] * _online_k(df)
         if (df["rollout/kept"].dropna() >= total.loc[df["rollout/kept"].dropna().index]).all():
             return "the filter kept every episode"
+        if {"reward/group_std", "reward/group_std_kept"} <= set(df):
+            # Groups tied in reward std (all 0: every answer of a group scored the same) leave the
+            # top-k choice to the order: the filter kept groups, but not the uncertain ones.
+            both = df[["reward/group_std", "reward/group_std_kept"]].dropna()
+            chose = both["reward/group_std_kept"] > both["reward/group_std"] + 1e-9
+            if len(both) and chose.mean() < MIN_FILTER_SHARE:
+                return (
+                    f"the kept groups' reward std exceeded all groups' on {chose.mean():.0%} of the "
+                    f"steps (< {MIN_FILTER_SHARE:.0%}; on the others every group had the same std): "
+                    "the filter kept groups, but did not choose the uncertain ones"
+                )
         return None
     raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
 
 
 CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
+#: Scores that depend on how long a run trained: arms with different horizons are not compared.
+HORIZON_SCORES = ("late", "peak", "slope", "collapse", "lead")
 MECHANISMS = ("clip", "clip_high", "kl", "filter", "think")
 
 
@@ -789,6 +827,13 @@ def _nan_meaning(metric: str) -> str:
 def _select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     """The rows of one arm. A run two grid points share appears once per point's labels
     (`experiments.label_rows`); a selector that does not split them keeps its steps once, not twice."""
+    missing = [col for col in where if col not in df]
+    if missing:
+        near = [c for c in df.columns if any(m.split(".")[-1] in c for m in missing)][:5]
+        raise ValueError(
+            f"arm selector column(s) {missing} not in the runs' frame (add them as the notebook's "
+            f"labels, or select on a config column{': ' + ', '.join(near) if near else ''})"
+        )
     part = df
     for col, value in where.items():
         part = part[part[col].isin(value) if isinstance(value, list | tuple | set) else part[col] == value]
@@ -824,7 +869,7 @@ def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     ]
 
 
-def _design(part: pd.DataFrame, metric: str) -> dict:
+def _design(part: pd.DataFrame, metric: str, arms: tuple[pd.DataFrame, ...] = ()) -> dict:
     def one(col):
         vals = (
             [v.item() if hasattr(v, "item") else v for v in part[col].dropna().unique()]
@@ -837,7 +882,7 @@ def _design(part: pd.DataFrame, metric: str) -> dict:
 
     return {
         "seeds": sorted(int(s) for s in part["cfg.train.seed"].unique()) if "cfg.train.seed" in part else [],
-        "steps": int(part["step"].max()) + 1 if len(part) else None,
+        "steps": _horizons(*(arms or (part,))),
         "val_size": one("cfg.train.val_size"),
         # the temperature the judged episodes were sampled at: validation's own for a val/ metric
         "temperature": one(
@@ -848,6 +893,21 @@ def _design(part: pd.DataFrame, metric: str) -> dict:
         if "cfg.model.name" in part
         else [],
     }
+
+
+def _horizons(*parts: pd.DataFrame):
+    """The steps the runs of `parts` (each an arm) logged: one number, or "150 / 30" where runs
+    differ (one number hid an arm that trained a fifth as long)."""
+    steps = set()
+    for part in parts:
+        if not len(part):
+            continue
+        key = "run_id" if "run_id" in part else "cfg.train.seed" if "cfg.train.seed" in part else None
+        ends = part.groupby(key)["step"].max() if key else [part["step"].max()]
+        steps |= {int(x) + 1 for x in ends}
+    if not steps:
+        return None
+    return min(steps) if len(steps) == 1 else " / ".join(map(str, sorted(steps, reverse=True)))
 
 
 def judge(
@@ -864,7 +924,7 @@ def judge(
     `claim.env` with `reference`; None skips the check. See the module docstring for the order."""
     A = _select(df, a)
     B = A if b is None else _select(df, b)  # one arm: its score against 0
-    d = _design(pd.concat([A, B]), claim.metric)
+    d = _design(pd.concat([A, B]), claim.metric, (A, B))
     row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
     row.power = power_statement(claim, A, B)
     if "judged" in df and len(A) and len(B) and not (A["judged"].all() and B["judged"].all()):
@@ -898,6 +958,12 @@ def judge(
     if unfinished:
         return replace(
             row, reason=f"censored: {'; '.join(unfinished)}: a run that did not finish is not scored"
+        )
+    if b is not None and claim.score in HORIZON_SCORES and _horizons(A) != _horizons(B):
+        return replace(
+            row,
+            reason=f"unequal horizons: arm a's runs logged {_horizons(A)} steps, arm b's {_horizons(B)}: "
+            f"a {claim.score} score compares different lengths of training",
         )
     shared_seed = [d for name, part in arms for d in _runs_per_seed(name, part)]
     if shared_seed:
@@ -933,7 +999,7 @@ def judge(
         sa, sb, never_learned = _drop_never_learned(sa, sb, floors, fc_name, one_arm=b is None)
         if sa.empty or sb.empty:
             return replace(row, reason=f"never learned: {never_learned}; no seed left to compare")
-        never_learned = "; " + never_learned
+        never_learned = "; " + never_learned if never_learned else ""
     shared = sorted(set(sa["seed"]) & set(sb["seed"]))
     paired = len(shared) >= 1 and len(shared) == len(sa) == len(sb)
     if paired:
@@ -999,9 +1065,27 @@ def judge(
             f"({claim.score} {claim.metric}): the metric sat at one value, so nothing tells the arms "
             f"apart{note}",
         )
+    if not paired and b is not None:
+        note += (
+            f"; the arms ran on different seeds (a {sorted(int(x) for x in sa['seed'])}, "
+            f"b {sorted(int(x) for x in sb['seed'])}): compared unpaired (Welch)"
+        )
     row.ci = (
         censored_ci(sa, sb, claim, paired) if claim.score == "collapse" else effect_ci(sa, sb, claim, paired)
     )
+    lo, hi = row.ci
+    zero_width = math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 1e-9 * max(1.0, abs(lo))
+    if zero_width and claim.score not in ("collapse", "lead"):  # 0.05 ± 1e-16 from float sums
+        # Every seed's difference the same (or each arm's seeds all one value) and no episodes to
+        # redraw: a CI of zero width measures no noise, and any MDE would read as decided. Steps
+        # (collapse, lead) are whole numbers: the same lead in every seed is a measured result.
+        same = "every seed's difference a − b is" if paired else "each arm's seeds scored one value, a − b"
+        return replace(
+            row,
+            reason=f"no spread: {same} exactly {_fmt(row.effect * claim.direction)} ({claim.score} "
+            f"{claim.metric}), so the 95% CI has zero width: the seeds measure no noise to judge "
+            f"the effect against{note}",
+        )
     status, reason = _decision(row.ci, sa, sb, claim, paired)
     return replace(row, status=status, reason=reason + note)
 

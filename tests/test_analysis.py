@@ -596,6 +596,18 @@ def test_inactive_mechanism_is_inconclusive():
     kept_all = df.assign(**{"rollout/kept": 64})
     row = analysis.judge(kept_all, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.reason == "mechanism did not act (filter, arm a): the filter kept every episode"
+    # every group tied (reward std 0 in all of them): top-k kept the first groups, not uncertain ones
+    tied = df.assign(**{"reward/group_std": 0.0, "reward/group_std_kept": 0.0})
+    row = analysis.judge(tied, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason == (
+        "mechanism did not act (filter, arm a): the kept groups' reward std exceeded all groups' on 0% "
+        "of the steps (< 50%; on the others every group had the same std): the filter kept groups, but "
+        "did not choose the uncertain ones"
+    )
+    chose = tied.assign(**{"reward/group_std_kept": (tied["step"] % 3 != 0) * 0.3})  # 2 steps in 3
+    assert analysis.judge(chose, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
 
 
 def test_clip_higher_acts_only_where_the_lower_upper_bound_clipped():
@@ -638,6 +650,18 @@ def test_a_kl_too_small_to_move_the_returns_did_not_act():
     )
     row = analysis.judge(df, no_kl, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)  # never logged
     assert row.status == analysis.INCONCLUSIVE and "no KL reward logged (reward/kl_penalty" in row.reason
+    # a KL reward of exactly 0 beside rewards that never varied read as an infinite share: "acted"
+    zero = df.assign(**{"reward/kl_penalty": 0.0, "reward/std": 0.0})
+    row = analysis.judge(zero, no_kl, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert (
+        row.reason
+        == "mechanism did not act (kl, arm b): the KL reward was 0 at every step: the KL did not act"
+    )
+    unsized = acted.drop(columns=["reward/std"])  # was a KeyError
+    row = analysis.judge(unsized, no_kl, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason.endswith(
+        "no reward/std logged: the KL reward cannot be sized against the rewards' spread"
+    )
 
 
 def test_a_design_the_arms_do_not_share_prints_every_value():
@@ -650,6 +674,56 @@ def test_a_design_the_arms_do_not_share_prints_every_value():
     train = analysis.Claim("late-train", "a beats b", "rollout/success", mde=0.1)
     row = analysis.judge(df, train, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert analysis.design(row).endswith("temperature 1")
+
+
+def test_arms_of_different_horizons_or_seeds_say_so_and_a_late_score_is_not_compared():
+    """Arm a trained 150 steps, arm b 30, both finished: the design printed "steps 150" and a late
+    score compared step 100-150 with step 20-30. Arms on different seeds were compared unpaired
+    without a word."""
+    a = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed}, steps=150)
+    b = runs_df({"b": lambda seed, step: 0.3 + 0.01 * seed}, steps=30)
+    row = analysis.judge(pd.concat([a, b]), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.steps == "150 / 30"
+    assert row.reason == (
+        "unequal horizons: arm a's runs logged 150 steps, arm b's 30: a late score compares different "
+        "lengths of training"
+    )
+    cost = analysis.Claim("cost", "a is cheaper", "val/success", mde=0.1, score="median")  # no horizon
+    b2 = runs_df({"b": lambda seed, step: 0.3 + 0.02 * seed}, steps=30)  # the seeds' gaps differ
+    assert analysis.judge(
+        pd.concat([a, b2]), cost, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT
+    ).status == (analysis.REPRODUCED)
+    fewer = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": lambda seed, step: 0.3 + 0.01 * seed})
+    fewer = fewer[(fewer["arm"] == "a") | (fewer["cfg.train.seed"] < 3)]
+    row = analysis.judge(fewer, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED and row.reason.endswith(
+        "; the arms ran on different seeds (a [0, 1, 2, 3, 4], b [0, 1, 2]): compared unpaired (Welch)"
+    )
+
+
+def test_a_collapse_claim_on_an_arm_without_success_has_no_score_not_a_steady_run():
+    """Arm a logged no success at all: each of its runs read as censored ("did not collapse") and its
+    NaN peak passed the never-learned check, so a REPRODUCED 'a collapses later'."""
+    df = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 10 else 0.0})
+    df.loc[df["arm"] == "a", ["rollout/success", "val/success"]] = np.nan
+    claim = analysis.Claim("c", "a collapses later", "rollout/success", mde=5, score="collapse")
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "no scores; unscored (a seed 0: no rollout/success logged; a seed 1"
+    )
+    # a pair with no never-learned seed carries no empty "; " into the reason
+    late = runs_df({"a": 0.6, "b": lambda seed, step: 0.6 if step < 22 else 0.0})
+    assert "; ;" not in analysis.judge(late, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).reason
+
+
+def test_a_claim_or_selector_that_cannot_be_read_is_an_error_that_names_the_fix():
+    with pytest.raises(ValueError, match="score 'lead' needs indicator=<metric>"):
+        analysis.Claim("l", "std warns", "rollout/success", 2, score="lead")
+    with pytest.raises(ValueError, match="unknown mechanism 'klx': clip | clip_high"):
+        analysis.Claim("k", "no KL", "val/success", 0.1, mechanism="klx")
+    df = runs_df({"a": 0.7, "b": 0.3})
+    with pytest.raises(ValueError, match=r"arm selector column\(s\) \['variant'\] not in the runs' frame"):
+        analysis.judge(df, LATE, {"variant": "a"}, {"variant": "b"}, floor_ceiling=UNIT)
 
 
 def test_one_seed_is_under_powered_even_with_a_large_effect():
@@ -841,11 +915,18 @@ def test_one_arm_claims_lead_and_slope_against_zero():
         "seeds [2, 3, 4] did not collapse within 30 steps: no lead there"
     )
     slope = analysis.Claim("slope", "shortens", "val/success", mde=0.001, score="slope", direction=-1)
-    falling = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
+    # seeds differ a little: the same slope in every seed is a CI of zero width (below)
+    falling = runs_df({"a": lambda seed, step: 0.9 - (0.01 + 0.001 * seed) * step})
     row = analysis.judge(falling, slope, {"arm": "a"}, None)
-    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.01)
-    rising = runs_df({"a": lambda seed, step: 0.1 + 0.01 * step})
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.012)
+    rising = runs_df({"a": lambda seed, step: 0.1 + (0.01 + 0.001 * seed) * step})
     assert analysis.judge(rising, slope, {"arm": "a"}, None).status == analysis.NOT_REPRODUCED
+    same = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
+    row = analysis.judge(same, slope, {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason == (
+        "no spread: every seed's difference a − b is exactly -0.01 (slope val/success), so the 95% CI "
+        "has zero width: the seeds measure no noise to judge the effect against"
+    )
 
 
 def test_the_late_score_is_the_mean_of_the_last_third_of_the_logged_points():
