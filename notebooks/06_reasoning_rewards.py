@@ -40,8 +40,10 @@ overrides = {}  # dotted config overrides applied to every run
 # (Bonus) WebShop-lite late reasoning consistency with λ = 0.4 beats λ = 0 (MDE 0.05). Each row
 # INCONCLUSIVE at the held-out env's floor or ceiling, or under-powered; the Fig. 11 and Table 4
 # rows also when the think arm did not think (reasoning under one token a turn over all its turns:
-# an empty `<think></think>` passes the format check). Headline: the three
-# Table 4 rows (the generalisation claim); Fig. 11 and the bonus are secondary.
+# an empty `<think></think>` passes the format check). Headline: the two Bandit Table 4 rows (the
+# generalisation claim); Fig. 11, Sokoban→FrozenLake and the bonus are secondary. Sokoban→FrozenLake
+# is secondary because the paper's own 19.9 and 19.5 sit below FrozenLake's random play (0.215,
+# docs/FIDELITY.md): a faithful result reads INCONCLUSIVE at the floor there.
 
 # %%
 import pandas as pd
@@ -112,7 +114,7 @@ STUDIES = [
         {"cfg.env.name": "webshop", "cfg.algo.reasoning_lambda": 0.0},
     ),
 ]
-PRIMARY = [f"table4 {env}" for env in SHIFTS]
+PRIMARY = [f"table4 {env}" for env in SHIFTS if env.startswith("bandit")]  # FrozenLake: at its floor
 print(analysis.criteria(STUDIES))
 
 
