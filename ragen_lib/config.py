@@ -50,7 +50,8 @@ class RolloutConfig:
     max_turns: int | None = None
     """Model responses per episode. RAGEN: 5 (Bandit: 1)."""
     max_actions_per_turn: int | None = None
-    """Actions parsed from one answer (split on `||`). RAGEN: 5 (Bandit, WebShop: 1)."""
+    """Actions parsed from one answer (split on `||`). RAGEN: 5 (Bandit: 1). Ours: the env's; WebShop-lite
+    takes 1, as the A*-PO report's env does (RAGEN's real WebShop: 5; docs/FIDELITY.md E15)."""
     max_actions_per_episode: int | None = None
     """Actions per trajectory. RAGEN: 10 for Sokoban and FrozenLake."""
     max_new_tokens: int | None = None

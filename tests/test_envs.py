@@ -5,7 +5,7 @@ import pytest
 
 from ragen_lib.envs import REGISTRY, env_fields, make
 from ragen_lib.envs.bandit import VARIANTS, BanditEnv
-from ragen_lib.envs.frozenlake import FrozenLakeEnv
+from ragen_lib.envs.frozenlake import FROZEN, FrozenLakeEnv
 from ragen_lib.envs.sokoban import SokobanEnv
 from ragen_lib.envs.webshop import WebShopEnv, catalogue, eval_seeds
 
@@ -140,8 +140,10 @@ def test_frozenlake_slip_frequencies():
 def test_frozenlake_not_slippery_always_intended():
     env = FrozenLakeEnv(is_slippery=False)
     env.reset(seed=0)
+    # a frozen tile to step from (a hole or the goal keeps the player: nothing is intended there)
+    frozen = next(tuple(int(x) for x in p) for p in np.argwhere(env.grid == FROZEN))
     for _ in range(50):
-        env.pos = (1, 1)
+        env.pos = frozen
         assert env.step("Right")[4]["actual"] == "Right"
 
 

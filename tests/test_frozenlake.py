@@ -35,6 +35,16 @@ def test_reaching_the_goal_pays_and_ends():
     obs, r, term, trunc, info = env.step("Right")
     assert obs == "_O\n_√"
     assert r == 1.0 and term and not trunc and info["success"]
+    # a step after the end keeps the player on the goal, unpaid, as Gymnasium's terminal tiles do
+    assert env.step("Left")[:4] == ("_O\n_√", 0.0, True, False)
+
+
+def test_a_step_after_falling_keeps_the_player_in_the_hole():
+    """The player walked out of a hole on the next step (Gymnasium and RAGEN: stays, done)."""
+    env = FrozenLakeEnv.from_text("PO\n_G", is_slippery=False)
+    env.step("Right")
+    obs, r, term, trunc, info = env.step("Left")
+    assert (obs, r, term, trunc, info["success"]) == ("_X\n_G", 0.0, True, False, False)
 
 
 @pytest.mark.parametrize("action", ["Up", "Left"])
@@ -248,6 +258,7 @@ def test_unknown_action_lists_the_valid_ones():
         ({"slip_prob": -0.1}, "slip_prob"),
         ({"slip_prob": 2}, "slip_prob"),
         ({"max_steps": 0}, "max_steps"),
+        ({"max_steps": 2.5}, "max_steps"),  # was 2 steps without a word
         ({"layout": "diagonal"}, "layout"),
     ],
 )

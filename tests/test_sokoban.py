@@ -60,7 +60,9 @@ def test_push_onto_and_off_target_with_two_boxes():
 def test_push_from_target_to_target():
     env = SokobanEnv.from_text("#######\n#P√O__#\n#_X__O#\n#######")
     _, r, term, *_ = env.step("Right")
-    assert r == pytest.approx(-0.1 + 1 - 1) and not term
+    # the count on targets did not change: exactly the step penalty, as gym-sokoban gives and the
+    # model reads it (-1 then +1 printed "Reward: -0.10000000000000009")
+    assert r == -0.1 and str(r) == "-0.1" and not term
     assert env.render().splitlines()[1] == "#_S√__#"
 
 
@@ -113,6 +115,15 @@ def test_bad_arguments_raise():
         SokobanEnv(search_depth=2)
     with pytest.raises(ValueError, match="legend"):
         SokobanEnv(legend="mine")
+    # counts are whole numbers: int() made num_boxes=2.5 two boxes, search_depth='10' a TypeError
+    for field, value in (
+        ("num_boxes", 2.5),
+        ("search_depth", "10"),
+        ("max_steps", 9.5),
+        ("num_gen_steps", 3.0),
+    ):
+        with pytest.raises(ValueError, match=f"{field} must be a whole number, got {value!r}"):
+            SokobanEnv(**{field: value})
 
 
 def test_instructions_legend_and_example_answer():

@@ -216,6 +216,8 @@ def test_eval_seeds_are_fixed_and_distinct():
     assert seeds == eval_seeds() and len(seeds) == 256 and len(set(seeds)) == 256
     assert all(isinstance(s, int) for s in seeds)
     assert eval_seeds(8, seed=1) != eval_seeds(8)
+    # a smaller validation is the first part of the paper's 256 (separate draws shared no seed)
+    assert eval_seeds(128) == seeds[:128] and eval_seeds(2) == seeds[:2]
 
 
 def test_expert_succeeds_on_every_eval_instruction_in_three_steps():

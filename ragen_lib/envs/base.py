@@ -96,3 +96,11 @@ class TextEnv:
 
     def _invalid(self, action: str) -> ValueError:
         return ValueError(f"{self.name}: unknown action {action!r}; valid actions: {', '.join(self.actions)}")
+
+
+def whole(name: str, value) -> int:
+    """`value` as an int where it is one (a count: boxes, steps, depth), else a ValueError naming the
+    field: int() rounded num_boxes=2.5 down to 2 boxes without a word."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return int(value)

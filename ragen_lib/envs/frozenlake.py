@@ -6,7 +6,7 @@ from collections import deque
 
 import numpy as np
 
-from ragen_lib.envs.base import TextEnv
+from ragen_lib.envs.base import TextEnv, whole
 
 #: Action name -> (row, column) offset, in the order of `FrozenLakeEnv.actions` (Gymnasium's 0..3).
 MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
@@ -89,7 +89,7 @@ class FrozenLakeEnv(TextEnv):
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if not 0 <= slip_prob <= 1:
             raise ValueError(f"slip_prob must be in [0, 1], got {slip_prob}")
-        if max_steps < 1:
+        if whole("max_steps", max_steps) < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.size, self.p_frozen, self.layout = int(size), float(p_frozen), layout
         self.is_slippery, self.slip_prob = bool(is_slippery), float(slip_prob)
@@ -140,6 +140,11 @@ class FrozenLakeEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if action not in self.actions:
             raise self._invalid(action)
+        if self.grid[self.pos] in (HOLE, GOAL):
+            # Gymnasium's terminal tiles keep the player (frozen_lake.py:274-275): reward 0, done;
+            # success is where the player stands, as RAGEN's info reads it (frozen_lake/env.py:43)
+            success = bool(self.grid[self.pos] == GOAL)
+            return self.render(), 0.0, True, False, {"success": success, "intended": action, "actual": None}
         actual = action
         if self.is_slippery:
             u, side = self.np_random.random(), self.slip_prob / 2

@@ -15,7 +15,7 @@ from collections import deque
 
 import numpy as np
 
-from ragen_lib.envs.base import TextEnv
+from ragen_lib.envs.base import TextEnv, whole
 
 #: Action name -> (row, column) offset, in RAGEN's order (its reverse search tries them in this order).
 MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
@@ -132,6 +132,13 @@ class SokobanEnv(TextEnv):
             raise ValueError(f"dim_room must be (rows, cols) with both >= 4, got {dim_room!r}") from None
         if rows < 4 or cols < 4:
             raise ValueError(f"dim_room must be (rows, cols) with both >= 4, got {dim_room!r}")
+        num_boxes, search_depth, max_steps = (
+            whole("num_boxes", num_boxes),
+            whole("search_depth", search_depth),
+            whole("max_steps", max_steps),
+        )
+        if num_gen_steps is not None:
+            num_gen_steps = whole("num_gen_steps", num_gen_steps)
         max_boxes = (rows - 2) * (cols - 2) // 3
         if not 1 <= num_boxes <= max_boxes:
             raise ValueError(
@@ -179,11 +186,14 @@ class SokobanEnv(TextEnv):
         player, boxes = self.transition(self.player, self.boxes, action)
         reward, moved = self.step_penalty, player != self.player
         if boxes != self.boxes:  # a push: one box left `player` and arrived one tile further
-            if player in self.targets:
-                reward += self.box_off_target_reward
             (arrived,) = boxes - self.boxes
-            if arrived in self.targets:
+            # gym-sokoban rewards the change in the count of boxes on targets (sokoban_env.py:
+            # 171-185): target to target adds nothing, where -1 then +1 printed -0.10000000000000009
+            change = int(arrived in self.targets) - int(player in self.targets)
+            if change > 0:
                 reward += self.box_on_target_reward
+            elif change < 0:
+                reward += self.box_off_target_reward
         self.player, self.boxes = player, boxes
         self.steps += 1
         solved = self.is_solved(self.boxes)
