@@ -150,6 +150,11 @@ def test_seq_mean_token_mean_aggregation():
         A.clipped_policy_loss(logp, logp, adv, mask, agg="seq-mean-token-mean")[0], torch.tensor(-2.5)
     )
     assert_close(A.clipped_policy_loss(logp, logp, adv, mask)[0], torch.tensor(-2.0))
+    # a row with no token is no sequence: it counted as a loss of 0 (−5 / 3 instead of −2.5)
+    logp3, adv3, mask3 = torch.zeros(3, 2), torch.cat([adv, t(9, 9)[None]]), torch.cat([mask, t(0, 0)[None]])
+    assert_close(
+        A.clipped_policy_loss(logp3, logp3, adv3, mask3, agg="seq-mean-token-mean")[0], torch.tensor(-2.5)
+    )
 
 
 def test_value_loss_clip_by_hand():
@@ -209,6 +214,8 @@ def test_select_groups_top_bottom_random():
     rnd = A.select_groups(r, 2, 0.5, mode="random", generator=torch.Generator().manual_seed(0))
     assert len(rnd) == 2 and rnd.tolist() == sorted(rnd.tolist())
     assert A.select_groups(r, 2, 0.01).numel() == 1  # at least one group
+    # k = round(keep · P), not RAGEN's int() (docs/FIDELITY.md D9): 0.7 · 5 = 3.5 keeps 4 (int: 3)
+    assert A.select_groups(t(0, 0, 0, 1, 0, 4, 1, 1, 0, 2), 2, 0.7).numel() == 4
     assert A.expand_group_mask(torch.tensor([1]), 4, 2).tolist() == [False, False, True, True] + [False] * 4
     with pytest.raises(ValueError, match="keep_fraction"):
         A.select_groups(r, 2, 0)

@@ -42,7 +42,10 @@ def gae(
     Observation tokens (mask 0) are skipped, not treated as steps: the "next" value of a policy
     token is the value of the next policy token in the same row, 0 after the last one (no bootstrap
     at the end of the episode), so the environment's text between turns neither discounts nor
-    bootstraps — as RAGEN does with observation tokens masked out. Rewards off the mask are ignored.
+    bootstraps. verl's GAE (core_algos.py:98-103) instead steps through masked tokens with their
+    values and the discount: the two agree at γ = λ = 1 (the sums telescope), RAGEN's setting and
+    every run's, and differ at γ·λ < 1 with a gapped mask (the "response" loss mask; the "paper"
+    mask has no gaps). Rewards off the mask are ignored.
     No normalisation here (whiten afterwards with `masked_whiten`).
 
     token_rewards, values, mask (B, T). Returns (advantages, returns = advantages + values), both

@@ -69,8 +69,9 @@ def clipped_policy_loss(
     per_token = -surrogate  # (B, T)
     if agg == "token-mean":
         loss = masked_mean(per_token, mask)
-    else:
-        loss = masked_mean(per_token, mask, dim=1).mean()
+    else:  # over the rows with a token: an empty row is no sequence (it counted as a loss of 0)
+        rows = mask.sum(dim=1) > 0  # (B,)
+        loss = masked_mean(per_token, mask, dim=1)[rows].mean() if rows.any() else (per_token * mask).sum()
     with torch.no_grad():
         low = ((ratio < 1 - clip_low) & (advantages < 0)).to(mask.dtype)  # (B, T)
         high = ((ratio > 1 + clip_high) & (advantages > 0)).to(mask.dtype)  # (B, T)
