@@ -55,6 +55,8 @@ def _run(args) -> int:
     if not (path / runs.DONE).exists():  # before the run folder is made; a finished run needs no model
         models.check(cfg.model.name, cfg.model.device)
     if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
+        if (path / runs.DONE).exists():  # rank 0 reuses it and exits: training would wait for it (2 h)
+            return 0
         trainer.train(cfg, None, progress=not args.quiet)
         return 0
     with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
@@ -602,10 +604,11 @@ class ConfigError(ValueError):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message says what to do: printed alone, without a traceback."""
-    from ragen_lib import models, runs, trainer
+    from ragen_lib import models, rollout, runs, trainer
 
     return (
         ConfigError,
+        rollout.ContextTooSmall,
         models.ModelNotFound,
         runs.RunLockedError,
         runs.CorruptRunError,

@@ -1326,7 +1326,7 @@ class Verdict:
         out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
-        out.write_text(json.dumps(data, indent=1, default=str))
+        runs._atomic_write(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
         return out
 
 
@@ -1403,10 +1403,7 @@ def report(profile: str) -> Path:
             f"nothing has run for profile {profile!r}: {base} does not exist. Run "
             f"`make replicate-all PROFILE={profile}` first (or point RAGEN_OUTPUTS where it ran)"
         )
-    verdicts = [
-        {**json.loads(p.read_text()), "written": p.stat().st_mtime}
-        for p in sorted((base / "verdicts").glob("*.json"))
-    ]
+    verdicts = [_read_verdict(p, profile) for p in sorted((base / "verdicts").glob("*.json"))]
     here = metrics.device_name("cuda" if torch.cuda.is_available() else "cpu")
     lines = [
         f"# Replication report: profile `{profile}`",
@@ -1477,8 +1474,23 @@ def report(profile: str) -> Path:
                 f"{r['power']} | {d} | |"
             )
     out = base / "REPORT.md"
-    out.write_text("\n".join(lines) + "\n")
+    runs._atomic_write(out, "\n".join(lines) + "\n")
     return out
+
+
+def _read_verdict(path: Path, profile: str) -> dict:
+    """A notebook's verdict file, or a ValueError naming the file and the notebook to rerun (a
+    torn file read as "Invalid control character at: line 1 column 49" and named neither)."""
+    try:
+        v = json.loads(path.read_text())
+        if not isinstance(v, dict) or not isinstance(v.get("rows"), list) or "notebook" not in v:
+            raise ValueError("not a verdict (a mapping with notebook and rows)")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{path} does not read as a verdict ({e}): rerun its notebook, `make replicate "
+            f"NB={path.stem[:2]} PROFILE={profile}`, which rewrites it, or move the file aside"
+        ) from None
+    return {**v, "written": path.stat().st_mtime}
 
 
 def criteria(studies: list[tuple[Claim, dict, dict | None]]) -> str:

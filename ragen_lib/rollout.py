@@ -267,6 +267,29 @@ def _user_turn_suffix(tokenizer, messages: list[dict], ended_with_eos: bool) -> 
     return suffix
 
 
+class ContextTooSmall(ValueError):
+    """rollout.max_context_tokens leaves an env's first prompt no room for one turn."""
+
+
+def _check_first_turn(env_name: str, longest: int, max_new: int, cfg: RolloutConfig) -> None:
+    if longest + max_new > cfg.max_context_tokens:  # else an episode ends with no turn, yet trains
+        raise ContextTooSmall(
+            f"{env_name}: a first prompt of {longest} tokens plus {max_new} new tokens per turn "
+            f"(rollout.max_new_tokens{'' if cfg.max_new_tokens else ', the env default'}) "
+            f"exceeds rollout.max_context_tokens={cfg.max_context_tokens}, so an episode could not "
+            f"play one turn: raise rollout.max_context_tokens to at least {longest + max_new}, or "
+            "lower rollout.max_new_tokens"
+        )
+
+
+def check_first_turn_fits(tokenizer, env_name: str, seeds, cfg: RolloutConfig, env_kwargs=None) -> None:
+    """The check `collect` makes, on the first prompts of `seeds`, without a model: the trainer
+    runs it once the tokenizer is loaded, before a warm-up or A*-PO's stage 1 spend minutes."""
+    episodes = [Episode(make(env_name, **(env_kwargs or {})), seed, cfg) for seed in seeds]
+    longest = max(len(_encode(tokenizer, e.generation_prompt(tokenizer))) for e in episodes)
+    _check_first_turn(env_name, longest, episodes[0].max_new_tokens, cfg)
+
+
 def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -327,15 +350,7 @@ def collect(
         tracks[i].extend(ids, generated=False)
         return True
 
-    longest = max(len(t.ids) for t in tracks)
-    if longest + max_new > cfg.max_context_tokens:  # else an episode ends with no turn, yet trains
-        raise ValueError(
-            f"{env_name}: a first prompt of {longest} tokens plus {max_new} new tokens per turn "
-            f"(rollout.max_new_tokens{'' if cfg.max_new_tokens else ', the env default'}) "
-            f"exceeds rollout.max_context_tokens={cfg.max_context_tokens}, so an episode could not "
-            f"play one turn: raise rollout.max_context_tokens to at least {longest + max_new}, or "
-            "lower rollout.max_new_tokens"
-        )
+    _check_first_turn(env_name, max(len(t.ids) for t in tracks), max_new, cfg)
     # The decode steps' attention kernel (rollout.decode_attention); the prefills run SDPA.
     with attention.decode_kernel(cfg.decode_attention):
         if cfg.batching == "continuous":

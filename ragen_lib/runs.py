@@ -347,7 +347,8 @@ class Run:
         self._resumed: tuple | None = None
         cfg_file = self.path / "config.yaml"
         if cfg is None:
-            if not cfg_file.exists():
+            recorded = any((self.path / f).exists() for f in (DONE, CKPT, FINAL_WEIGHTS))
+            if not cfg_file.exists() and not recorded:  # with a record, repair restores config.yaml
                 raise FileNotFoundError(
                     f"{self.path} does not exist"
                     if not self.path.exists()
@@ -365,6 +366,11 @@ class Run:
     def saved_config(self) -> dict:
         """config.yaml as a dict (read strictly: errors name the file and line)."""
         cfg_file = self.path / "config.yaml"
+        if not cfg_file.exists():
+            raise CorruptRunError(
+                f"{cfg_file} is missing: `{repair_command(self.path)}` restores it from the config the "
+                "run recorded in DONE or its checkpoint"
+            )
         try:
             data = config.read_yaml(cfg_file)
         except ValueError as e:  # a YAML error names the file and line; bytes that are not UTF-8 do not
@@ -663,9 +669,11 @@ class Run:
                 continue
             row = _line_row(line)
             if row is None:
+                kind = "sample" if name == "samples.jsonl" else "metric"
                 raise CorruptRunError(
-                    f"{path}, line {i + 1}, is not a metric line. `{repair_command(self.path)}` restores "
-                    "the file from the run's checkpoint, or moves the run aside to train again"
+                    f"{path}, line {i + 1}, is not a {kind} line. `{repair_command(self.path)}` restores "
+                    "the file from the run's checkpoint (samples: keeps the lines that read), or moves "
+                    "the run aside to train again"
                 )
             rows.append(row)
         return rows, tail
@@ -785,7 +793,8 @@ class Run:
                 f"{self.path} logged {logged} but has no checkpoint "
                 f"(one is written every train.checkpoint_every steps): training restarts at step 0 "
                 f"and redoes them (the old metrics and samples are kept in {moved}). A lower "
-                f"train.checkpoint_every loses fewer steps to a crash",
+                f"train.checkpoint_every loses fewer steps to a crash (for the next runs: it is part of "
+                f"a run's hash, so changing it here would start this run anew in another folder)",
                 RunStoreWarning,
                 stacklevel=2,
             )
@@ -869,6 +878,15 @@ class Run:
         self._writer()
         done: list[str] = []
         cfg_file = self.path / "config.yaml"
+        if not cfg_file.exists():
+            original = self._recorded_config()
+            if original is None:
+                raise CorruptRunError(
+                    f"{cfg_file} is missing and no config recorded in DONE or a checkpoint has the "
+                    f"folder's hash {self.folder_hash}: move the folder aside; the grid trains it again"
+                )
+            _atomic_write(cfg_file, yaml.safe_dump(original, sort_keys=False))
+            done.append("config.yaml was missing: restored from the run's own record")
         try:
             saved_hash = config.dict_hash(self.saved_config())
         except (ValueError, CorruptRunError):
@@ -919,8 +937,34 @@ class Run:
                 if self.checkpoint_file() is None:
                     box = self._quarantine([self.path / "metrics.jsonl", self.path / "samples.jsonl"])
                     done.append(f"{str(e).split('. ')[0]}: moved to {box}; the run trains again from step 0")
-                # with a checkpoint, resume restores the metrics from its copy
+                else:  # what resume does, now: the store's other runs can be read (load, plot) again
+                    step, state = self.load_checkpoint()
+                    copy = state.get("metrics") if state is not None else None
+                    if copy is not None:
+                        box = self._quarantine([self.path / "metrics.jsonl"], copy=True)
+                        _atomic_write(self.path / "metrics.jsonl", copy)
+                        done.append(
+                            f"{str(e).split('. ')[0]}: restored steps 0-{step} from checkpoint step {step} "
+                            f"(the old file is kept in {box}); the run resumes from there"
+                        )
+        done += self._salvage_samples()
         return done
+
+    def _salvage_samples(self) -> list[str]:
+        """samples.jsonl with a line that does not parse (no checkpoint holds a copy): keep every
+        line that reads, the whole file copied aside first. It blocked `load_samples` (02's echo-trap
+        texts) of a finished run, and repair found nothing wrong."""
+        file = self.path / "samples.jsonl"
+        try:
+            self._read("samples.jsonl")
+            return []
+        except CorruptRunError as e:
+            box = self._quarantine([file], copy=True)
+            rows = (_line_row(line) for line in file.read_bytes().split(b"\n"))
+            good = [r for r in rows if r is not None]
+            _atomic_write(file, "".join(json.dumps(r) + "\n" for r in good))
+            first = str(e).split(". ")[0]
+            return [f"{first}: kept the {len(good)} samples that read (the old file is kept in {box})"]
 
     def _cut_torn_tail_of_finished(self) -> list[str]:
         """A finished run whose metrics hold every step, then an incomplete line: only that line is
@@ -1006,7 +1050,14 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
         if run_ids is not None and path.name not in run_ids:
             continue
         run = Run(path)
-        cfg = run.saved_config()
+        try:
+            cfg, metric_rows = run.saved_config(), run.metrics()
+        except CorruptRunError as e:
+            if run.done:
+                raise
+            # An unfinished run is not judged: one damaged line in it blocked every plot of the store
+            warnings.warn(f"{path} (unfinished) is left out: {e}", RunStoreWarning, stacklevel=2)
+            continue
         problems = run.problems()
         if problems:
             warnings.warn(
@@ -1019,7 +1070,7 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
         if not include_running and not done:
             continue
         flat = {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
-        for m in run.metrics():
+        for m in metric_rows:
             rows.append({"run_id": path.name, "finding": path.parent.name, "done": done, **m, **flat})
     if not rows:
         return pd.DataFrame(columns=["run_id", "finding", "done", "step"])

@@ -26,7 +26,7 @@ from ragen_lib import models, runs, seeds
 from ragen_lib.config import Config
 from ragen_lib.distributed import Ranks, Shard, local_device
 from ragen_lib.progress import tqdm
-from ragen_lib.rollout import RolloutBatch, collect
+from ragen_lib.rollout import RolloutBatch, check_first_turn_fits, collect
 from ragen_lib.warmup import warmup
 
 TRAINED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "token_rewards", "rewards", "reasoning_bonus")
@@ -50,6 +50,9 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     device = local_device(cfg.model.device or models.default_device())
     ranks = Ranks(device)
     policy, tok = models.load(cfg.model.name, device=device, dtype=cfg.model.dtype)
+    for name in (cfg.env.name, *cfg.env.eval_envs):  # a context too small fails now, not after a warm-up
+        kwargs = dict(cfg.env.kwargs) if name == cfg.env.name else {}
+        check_first_turn_fits(tok, name, seeds.val_seeds(name, 8), cfg.rollout, kwargs)
     critic = models.ValueModel(policy) if a.critic else None
 
     # ---- resume: rank 0 reads the store and names its checkpoint; the others load the same file ----
@@ -683,7 +686,8 @@ def _stop_if_diverged(skipped: dict, t, step: int, run) -> None:
             f"{skipped['policy']}, critic {skipped['critic']}) by step {step}{where}, more than "
             f"train.max_skipped_frac={t.max_skipped_frac}: the run diverged and is not marked finished. "
             "Its metrics and last checkpoint are kept. Train a changed config (e.g. a lower "
-            "train.actor_lr or algo.kl_coef > 0), or set train.max_skipped_frac=1 to train through."
+            "train.actor_lr or algo.kl_coef > 0), or set train.max_skipped_frac=1 to train through "
+            "(either is a new run in its own folder: both are part of the run's hash)."
         )
 
 

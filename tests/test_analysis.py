@@ -834,6 +834,15 @@ def test_report_names_a_misspelt_profile_and_a_profile_that_never_ran(tmp_path, 
     with pytest.raises(FileNotFoundError, match=never_ran):
         analysis.report("paper")
     assert not (tmp_path / "paper").exists() and not (tmp_path / "smok").exists()
+    # a torn verdict file read as "Invalid control character at: line 1 column 49", naming no file
+    verdicts = tmp_path / "smoke" / "verdicts"
+    verdicts.mkdir(parents=True)
+    for text in ('{"notebook": "01_instability", "rows": [{"id', "{}", "[]"):
+        (verdicts / "01_instability.json").write_text(text)
+        with pytest.raises(
+            ValueError, match=r"01_instability.json does not read as a verdict .*make replicate NB=01"
+        ):
+            analysis.report("smoke")
 
 
 def _executed(path, *, start, end=True, exception=None):

@@ -460,10 +460,52 @@ def test_load_of_named_runs_skips_a_damaged_leftover_beside_them(tmp_path):
     old.close()
     with open(old.path / "metrics.jsonl", "ab") as f:
         f.write(b"garbage\n")
-    with pytest.raises(CorruptRunError, match="is not a metric line"):
-        runs.load(tmp_path, "f")
+    # unfinished and damaged: left out with a warning naming repair (it blocked every plot of the store)
+    with pytest.warns(RunStoreWarning, match=r"\(unfinished\) is left out: .*is not a metric line.*repair"):
+        assert set(runs.load(tmp_path, "f")["run_id"]) == {good.path.name}
     df = runs.load(tmp_path, "f", run_ids={good.path.name})
     assert set(df["run_id"]) == {good.path.name} and df["done"].all()
+    # a finished run that does not read still stops the load: its verdict would lose a seed
+    good.close()
+    with open(good.path / "metrics.jsonl", "r+b") as f:
+        f.write(b"garbage\n")
+    with pytest.raises(CorruptRunError, match="is not a metric line"):
+        runs.load(tmp_path, "f", run_ids={good.path.name})
+
+
+def test_repair_fixes_what_its_messages_send_it_for(tmp_path, capsys):
+    """Three states a helper's audit reproduced where the error named repair and repair answered
+    "nothing to repair" or refused the folder: an unfinished run's metrics line that does not parse
+    (with a checkpoint), a finished run's samples line that does not parse, a finished run's missing
+    config.yaml (DONE holds the config)."""
+    from ragen_lib.__main__ import main
+
+    crashed = trained(runs.run_dir(tmp_path, "f", seed(1)), 7, cfg=seed(1))  # checkpoint at step 5
+    crashed.close()
+    lines = (crashed.path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (crashed.path / "metrics.jsonl").write_text("torn\n" + "".join(lines[1:]))
+    actions = Run(crashed.path).repair()
+    assert len(actions) == 1 and actions[0].startswith(f"{crashed.path / 'metrics.jsonl'}, line 1, is not")
+    assert "restored steps 0-5 from checkpoint step 5" in actions[0]
+    assert steps_of(Run(crashed.path)) == list(range(6))
+    done = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    done.mark_done()
+    done.close()
+    samples = (done.path / "samples.jsonl").read_text().splitlines(keepends=True)
+    (done.path / "samples.jsonl").write_text("".join(samples[:3]) + '{"t": 3, "st\n' + "".join(samples[4:]))
+    with pytest.raises(CorruptRunError, match="samples.jsonl, line 4, is not a sample line"):
+        runs.load_samples(tmp_path, "f")
+    actions = Run(done.path).repair()
+    assert actions == [
+        f"{done.path / 'samples.jsonl'}, line 4, is not a sample line: kept the 11 samples that read "
+        f"(the old file is kept in {done.path / 'quarantine'}/" + actions[0].split("quarantine/")[1]
+    ]
+    kept = runs.load_samples(tmp_path, "f", run_ids={done.path.name})["step"].tolist()
+    assert kept == [s for s in range(12) if s != 3]
+    (done.path / "config.yaml").unlink()
+    assert main(["repair", str(done.path)]) == 0
+    assert "config.yaml was missing: restored from the run's own record" in capsys.readouterr().out
+    assert Run(done.path).problems() == [] and Run(done.path).saved_config() == CFG.to_dict()
 
 
 def test_hand_edited_config_is_explained_and_repair_restores_it(tmp_path):
@@ -537,7 +579,9 @@ def test_a_config_yaml_that_no_longer_parses_names_the_repair_and_repair_restore
         assert again.resume()[0] == 5
 
 
-def test_the_cli_reuses_a_finished_run_and_drops_a_checkpoint_a_crash_left_beside_done(tmp_path, capsys):
+def test_the_cli_reuses_a_finished_run_and_drops_a_checkpoint_a_crash_left_beside_done(
+    tmp_path, capsys, monkeypatch
+):
     from ragen_lib.__main__ import main
 
     cfg = config.from_dict(CFG.to_dict(), {"model.name": "tiny-random"})
@@ -554,6 +598,13 @@ def test_the_cli_reuses_a_finished_run_and_drops_a_checkpoint_a_crash_left_besid
     out = capsys.readouterr().out
     assert "removed the leftover checkpoint of finished run" in out and "finished run reused" in out
     assert not (run.path / "ckpt").exists() and Run(run.path).problems() == []
+    # torchrun's other ranks return at once too: they went into training and waited for rank 0,
+    # which had exited, until the process group's timeout (2 h)
+    import ragen_lib.trainer
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(ragen_lib.trainer, "train", lambda *a, **k: pytest.fail("rank 1 trained"))
+    assert main(["run", str(cfg_path), "--out", str(tmp_path), "--quiet"]) == 0
 
 
 # --- a planted pickle --------------------------------------------------------------------------------

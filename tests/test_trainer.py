@@ -712,3 +712,26 @@ def test_resuming_with_another_process_count_says_the_streams_differ():
         w.simplefilter("error")
         _resume(run_with({"processes": 1}), OneProcess())
         _resume(run_with({}), OneProcess())  # a checkpoint from before it was recorded
+
+
+def test_a_context_too_small_for_an_eval_envs_first_prompt_stops_before_the_warm_up(tmp_path, capsys):
+    """It raised from the first validation or rollout, after the model load and any warm-up, as a
+    traceback that left an empty run folder; now one line, before the warm-up spends minutes."""
+    from ragen_lib.__main__ import main
+
+    cfg = tiny(
+        **{
+            "env.name": "bandit",
+            "env.eval_envs": ["sokoban"],  # Sokoban's first prompt is the longer
+            "rollout.max_context_tokens": 260,  # bandit 219 + 12 fits, sokoban 273 does not
+            "train.warmup": "format",
+        }
+    )
+    path = tmp_path / "c.yaml"
+    config.save(cfg, path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer, "warmup", lambda *a, **k: pytest.fail("the warm-up ran first"))
+        assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sokoban: a first prompt of ") and "Traceback" not in err
+    assert "raise rollout.max_context_tokens to at least" in err
