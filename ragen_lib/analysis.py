@@ -469,7 +469,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
     for seed, part in df.groupby("cfg.train.seed", sort=True):
         part = part.sort_values("step")
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
-        horizon = int(part["step"].max()) + 1
+        horizon = _horizon(part)
         points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
         why = ""  # why the score is NaN (set below where the metric alone does not say)
         if claim.score in ("collapse", "lead") and v.empty:
@@ -896,18 +896,25 @@ def _design(part: pd.DataFrame, metric: str, arms: tuple[pd.DataFrame, ...] = ()
 
 
 def _horizons(*parts: pd.DataFrame):
-    """The steps the runs of `parts` (each an arm) logged: one number, or "150 / 30" where runs
-    differ (one number hid an arm that trained a fifth as long)."""
+    """The steps the runs of `parts` (each an arm) trained: one number, or "150 / 30" where runs
+    differ (one number hid an arm that trained a fifth as long). A run's planned train.steps where
+    the frame has it: online-k logs every k-th step (0, 5, …, 195 of 200), the same updates."""
     steps = set()
     for part in parts:
         if not len(part):
             continue
         key = "run_id" if "run_id" in part else "cfg.train.seed" if "cfg.train.seed" in part else None
-        ends = part.groupby(key)["step"].max() if key else [part["step"].max()]
-        steps |= {int(x) + 1 for x in ends}
+        groups = part.groupby(key) if key else [(None, part)]
+        steps |= {_horizon(run) for _, run in groups}
     if not steps:
         return None
     return min(steps) if len(steps) == 1 else " / ".join(map(str, sorted(steps, reverse=True)))
+
+
+def _horizon(run: pd.DataFrame) -> int:
+    """One run's steps: its planned train.steps where recorded, else its last logged step + 1."""
+    planned = run["cfg.train.steps"].dropna() if "cfg.train.steps" in run else pd.Series([])
+    return int(planned.iloc[0]) if len(planned) else int(run["step"].max()) + 1
 
 
 def judge(

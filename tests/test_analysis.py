@@ -693,6 +693,11 @@ def test_arms_of_different_horizons_or_seeds_say_so_and_a_late_score_is_not_comp
     assert analysis.judge(
         pd.concat([a, b2]), cost, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT
     ).status == (analysis.REPRODUCED)
+    # online-5 logs steps 0, 5, …, 25 of its 30: the same updates as online-1, one horizon (05's Fig. 10)
+    online = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": lambda seed, step: 0.3 + 0.01 * seed})
+    online = online[(online["arm"] == "a") | (online["step"] % 5 == 0)].assign(**{"cfg.train.steps": 30})
+    row = analysis.judge(online, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED and row.steps == 30
     fewer = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": lambda seed, step: 0.3 + 0.01 * seed})
     fewer = fewer[(fewer["arm"] == "a") | (fewer["cfg.train.seed"] < 3)]
     row = analysis.judge(fewer, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
