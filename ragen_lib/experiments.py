@@ -471,6 +471,9 @@ def run_grid(
     # Identical configs share one folder: train it once (two workers on one folder would collide).
     todo, failures = [], []
     for path, cfg in {p: c for c, p in zip(cfgs, paths)}.items():
+        src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name)
+        if src is not None and runs.adopt(src, path):
+            print(f"reused from {src.parent.name}: {path.name} (the same config, finished there)")
         if not (path / runs.DONE).exists():
             todo.append((cfg, path))
             continue
@@ -950,10 +953,18 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     root = Path(root) if root else runs.output_root(profile)
     workers = len(worker_slots(load_profile(profile)["runs_per_device"]))
     rows, to_load = [], set()
+    earlier: set[str] = set()  # run folders an earlier finding of this plan trains (or has)
     for name in names or findings():
         finding, pairs = variants(name, profile)
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
-        todo = [c for p, c in unique.items() if not (p / runs.DONE).exists()]
+        # run_grid copies a run another finding finished (or an earlier one here will): not trained twice
+        shared = {
+            p
+            for p in unique
+            if not p.exists() and (p.name in earlier or runs.finished_elsewhere(root, finding, p.name))
+        }
+        earlier |= {p.name for p in unique}
+        todo = [c for p, c in unique.items() if not (p / runs.DONE).exists() and p not in shared]
         to_load |= {c.model.name for c in todo}
         ckpt = max((checkpoint_bytes(c) for c in todo), default=0)
         judged = {runs.run_dir(root, finding, c) for c, labels in pairs if labels.get("judged")}
@@ -970,7 +981,8 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
                 if bench is None or None in est
                 else sum(est) / 60 / max(1, min(workers, len(todo))),
                 "bench": None if bench is None else bench["file"],
-                "done": len(unique) - len(todo),
+                "done": len(unique) - len(todo) - len(shared),
+                "shared": len(shared),
                 "to_train": len(todo),
                 "steps": sum(c.train.steps for c in todo),
                 "checkpoint_bytes": ckpt,
@@ -1039,6 +1051,12 @@ def format_plan(p: dict) -> str:
         est = "estimated minutes: no measurement of this model (run `make bench` on this machine)"
     else:
         est = "nothing left to train"
+    shared = sum(r["shared"] for r in p["findings"])
+    if shared:
+        lines.append(
+            f"{shared} runs share their config with another finding's: trained once, then copied "
+            "(not counted in 'to train')"
+        )
     lines.append(
         f"{todo} runs, {sum(r['steps'] for r in p['findings'])} steps to train; disk needed "
         f"{size(p['need_bytes'])} (largest peak + what finished runs keep), free {size(p['free_bytes'])}"

@@ -7,6 +7,7 @@
                                         ckpt/step_NNNNNN.pt   the newest checkpoint, while the run trains
                                         final_weights.pt      train.keep_final_weights only
                                         DONE            written last (a JSON summary)
+                                        REUSED_FROM     a copy of another finding's run: its folder
                                         quarantine/<time>/    files `repair` moved aside (never deleted)
 
 What it promises (docs/RELIABILITY.md lists the tests that hold it to it):
@@ -56,6 +57,7 @@ LOCK = "lock"
 CKPT = "ckpt"
 FINAL_WEIGHTS = "final_weights.pt"
 QUARANTINE = "quarantine"
+REUSED_FROM = "REUSED_FROM"
 CHECKPOINT_FORMAT = 2
 """2: the checkpoint records step, config_hash, config and metrics (1: model states only)."""
 
@@ -1090,6 +1092,52 @@ def load_samples(root, finding: str, run_ids=None):
             continue
         rows += [{"run_id": path.name, **s} for s in Run(path).samples()]
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", "step", "seed", "thinks"])
+
+
+def finished_elsewhere(root, finding: str, name: str) -> Path | None:
+    """A finished, consistent run folder `name` (the same slug and config hash) under another finding
+    of `root`, or None: findings share configs (01, 03 and 04 all train Bandit StarPO-PPO), and
+    training one twice cost a quarter of the quick profile's steps."""
+    for other in sorted((Path(root) / "runs").glob(f"*/{name}")):
+        if other.parent.name == finding or not (other / DONE).exists():
+            continue
+        try:
+            Run(other).check_done()
+        except (CorruptRunError, OSError, ValueError):
+            continue  # its own finding's grid names the problem; this one trains its own copy
+        return other
+    return None
+
+
+def adopt(src: Path, dest: Path) -> bool:
+    """Copy the finished run `src` to `dest` (which must not exist): config, metrics, samples, DONE
+    and the final weights (hard-linked where the disk allows), not its lock, checkpoints or
+    quarantine; REUSED_FROM names `src`. Built under <root>/.adopting/ and renamed into place, so
+    no reader ever sees half a run. False (nothing changed) when `dest` appeared meanwhile."""
+    tmp = dest.parents[2] / ".adopting" / f"{dest.name}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for f in src.iterdir():
+            if not f.is_file() or f.name in (LOCK, REUSED_FROM):
+                continue
+            if f.name == FINAL_WEIGHTS:
+                with contextlib.suppress(OSError):
+                    os.link(f, tmp / f.name)
+            if not (tmp / f.name).exists():
+                shutil.copy2(f, tmp / f.name)
+        (tmp / REUSED_FROM).write_text(f"{src}\n")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if dest.exists():  # another process made it first: its run stands
+                return False
+            raise
+        _fsync_dir(dest.parent)
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def disk_usage(path) -> int:

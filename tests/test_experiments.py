@@ -123,6 +123,37 @@ def test_run_grid_reuses_finished_runs_and_load_reads_them(tmp_path):
     assert empty.empty and {"run_id", "finding", "done", "step"} <= set(empty.columns)
 
 
+def test_a_config_another_finding_finished_is_copied_not_trained_again(tmp_path, capsys):
+    """01, 03 and 04 train the same Bandit StarPO-PPO runs (a quarter of the quick profile's steps):
+    a finished, consistent run of the same config under another finding is copied, with its origin."""
+    calls = []
+
+    def fake_train(cfg, run):
+        calls.append(cfg.train.seed)
+        for s in range(cfg.train.steps):
+            run.log(s, {"rollout/success": s / 10 + cfg.train.seed})
+        run.mark_done()
+
+    experiments.run_grid(tmp_path, "first", seeds(0, 1), fake_train, progress=False)
+    damaged = runs.run_dir(tmp_path, "first", seeds(1)[0])
+    (damaged / "metrics.jsonl").write_text("")  # not consistent: never copied
+    experiments.run_grid(tmp_path, "second", seeds(0, 1, 2), fake_train, progress=False)
+    assert calls == [0, 1, 1, 2]  # seed 0 copied; seed 1 (damaged there) and seed 2 trained
+    copied = runs.run_dir(tmp_path, "second", seeds(0)[0])
+    assert (copied / runs.REUSED_FROM).read_text() == f"{runs.run_dir(tmp_path, 'first', seeds(0)[0])}\n"
+    assert f"reused from first: {copied.name}" in capsys.readouterr().out
+    assert not (runs.run_dir(tmp_path, "second", seeds(1)[0]) / runs.REUSED_FROM).exists()
+    df = runs.load(tmp_path, "second")
+    assert df["done"].all() and sorted(set(df["cfg.train.seed"])) == [0, 1, 2]
+    assert not (tmp_path / ".adopting").exists() or not any((tmp_path / ".adopting").iterdir())
+    # a folder already there (a run in progress in this finding) is resumed, never replaced
+    third = runs.run_dir(tmp_path, "third", seeds(0)[0])
+    third.mkdir(parents=True)
+    assert runs.finished_elsewhere(tmp_path, "third", third.name) is not None
+    experiments.run_grid(tmp_path, "third", seeds(0), fake_train, progress=False)
+    assert calls[-1] == 0 and not (third / runs.REUSED_FROM).exists()
+
+
 def test_run_grid_names_a_missing_model_once_before_any_run_and_reuses_finished_runs_without_it(tmp_path):
     calls = []
 
@@ -576,6 +607,13 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     out = capsys.readouterr().out
     assert "03_uncertainty_filtering" in out
     assert "per grid); model tiny-random (not the paper's Qwen2.5-0.5B-Instruct)\n" in out
+    # 02's three runs are 01's configs: trained once (by 01) and copied, not counted twice
+    both = experiments.plan("smoke", root=tmp_path, names=["01_instability", "02_echo_trap"])
+    first, second = both["findings"]
+    assert (first["shared"], second["shared"], second["to_train"], second["steps"]) == (0, 3, 0, 0)
+    assert "3 runs share their config with another finding's: trained once, then copied" in (
+        experiments.format_plan(both)
+    )
     # --finding takes one word per flag: before the profile it left `plan` without one (rc 2)
     flags = ["--root", str(tmp_path), "--no-check"]
     assert main(["plan", "--finding", "02_echo_trap", "smoke", *flags]) == 0

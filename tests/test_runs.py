@@ -167,7 +167,7 @@ def test_a_damaged_sample_line_costs_that_line_not_the_file(tmp_path):
     lines[2] = "garbage\n"
     (run.path / "samples.jsonl").write_text("".join(lines))
     with Run(run.path, CFG) as again:
-        with pytest.warns(RunStoreWarning, match="line 3, is not a metric line: kept the 5 samples") as got:
+        with pytest.warns(RunStoreWarning, match="line 3, is not a sample line: kept the 5 samples") as got:
             assert again.resume()[0] == 5
         assert "quarantine" in str(got[0].message)
         assert [r["step"] for r in again.samples()] == [0, 1, 3, 4, 5]
