@@ -966,11 +966,12 @@ def judge(
         return replace(
             row, reason=f"censored: {'; '.join(unfinished)}: a run that did not finish is not scored"
         )
-    if b is not None and claim.score in HORIZON_SCORES and _horizons(A) != _horizons(B):
+    ha, hb = _horizons(A), _horizons(B)
+    if b is not None and claim.score in HORIZON_SCORES and (ha != hb or isinstance(ha, str)):
         return replace(
             row,
-            reason=f"unequal horizons: arm a's runs logged {_horizons(A)} steps, arm b's {_horizons(B)}: "
-            f"a {claim.score} score compares different lengths of training",
+            reason=f"unequal horizons: arm a's runs trained {ha} steps, arm b's {hb}: a {claim.score} "
+            "score compares different lengths of training",
         )
     shared_seed = [d for name, part in arms for d in _runs_per_seed(name, part)]
     if shared_seed:
@@ -1082,7 +1083,8 @@ def judge(
     )
     lo, hi = row.ci
     zero_width = math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 1e-9 * max(1.0, abs(lo))
-    if zero_width and claim.score not in ("collapse", "lead"):  # 0.05 ± 1e-16 from float sums
+    # Rates were redrawn over their episodes: a zero width there is every episode alike (1.0 vs 0.0)
+    if zero_width and claim.score not in ("collapse", "lead") and not _is_rate(claim):  # 0.05 ± 1e-16
         # Every seed's difference the same (or each arm's seeds all one value) and no episodes to
         # redraw: a CI of zero width measures no noise, and any MDE would read as decided. Steps
         # (collapse, lead) are whole numbers: the same lead in every seed is a measured result.
@@ -1490,8 +1492,8 @@ def _read_verdict(path: Path, profile: str) -> dict:
     torn file read as "Invalid control character at: line 1 column 49" and named neither)."""
     try:
         v = json.loads(path.read_text())
-        if not isinstance(v, dict) or not isinstance(v.get("rows"), list) or "notebook" not in v:
-            raise ValueError("not a verdict (a mapping with notebook and rows)")
+        if not isinstance(v, dict) or not isinstance(v.get("rows", []), list) or "notebook" not in v:
+            raise ValueError("not a verdict (a mapping with notebook and a list of rows)")
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(
             f"{path} does not read as a verdict ({e}): rerun its notebook, `make replicate "

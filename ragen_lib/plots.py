@@ -156,24 +156,30 @@ def curves(
             ax = axes[i][j]
             data = part.dropna(subset=[m]) if m in part else part.iloc[:0]
             sparse = len(data) and data.groupby("run_id")["step"].nunique().max() < part["step"].nunique()
-            # The steps this metric is logged at (validation: every val_every): a line breaks at one
-            # of them where it has no value (reasoning length where no tag matched), not bridges it.
-            logged = sorted(set(data["step"]))
+            # A run's steps for this metric: those where it logged the metric's family (`val/`:
+            # every val_every; online-k: every k-th step). A line breaks at one of them where the
+            # metric has no value (reasoning length where no tag matched), never bridges it.
+            family = [x for x in part.columns if "/" in x and x.split("/")[0] == m.split("/")[0]]
             for h in hue_order:
                 d = data[data[hue] == h]
                 if d.empty:
                     continue
                 key = SEED if SEED in d else "run_id"  # seeds, not rows: a sweep may share one
-                for _, seed_part in d.groupby(key):
+                runs_h = part[(part[hue] == h) & part[family].notna().any(axis=1)]
+                steps_of = {}
+                for k, seed_part in runs_h.groupby(key):
                     line = seed_part.groupby("step")[m].mean()
-                    line = line.reindex([s for s in logged if s <= line.index.max()])
+                    last = line.last_valid_index()
+                    line = line[line.index <= last] if last is not None else line.iloc[:0]
+                    steps_of[k] = set(line.index)
                     ax.plot(line.index, line.values, color=colours[h], lw=0.7, alpha=0.35)
                 # The mean only where every seed of the line has a value: past a seed that stopped
                 # early it would be the mean of the others, a jump that reads as a collapse.
                 every = d.groupby("step")[key].nunique() == d[key].nunique()
                 mean = d.groupby("step")[m].mean().where(every)
                 last = mean.last_valid_index()  # None: no step where every seed has a value
-                mean = mean.reindex([s for s in logged if last is not None and s <= last])
+                common = set.intersection(*steps_of.values()) if steps_of else set()
+                mean = mean.reindex(sorted(s for s in common if last is not None and s <= last))
                 ax.plot(
                     mean.index, mean.values, color=colours[h], lw=2.2, marker="o" if sparse else None, ms=4
                 )

@@ -685,8 +685,27 @@ def test_arms_of_different_horizons_or_seeds_say_so_and_a_late_score_is_not_comp
     row = analysis.judge(pd.concat([a, b]), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE and row.steps == "150 / 30"
     assert row.reason == (
-        "unequal horizons: arm a's runs logged 150 steps, arm b's 30: a late score compares different "
+        "unequal horizons: arm a's runs trained 150 steps, arm b's 30: a late score compares different "
         "lengths of training"
+    )
+    # the same mix in both arms (seeds 0-2 long in a, short in b; 3-4 the reverse) read as equal
+    mixed = pd.concat(
+        [
+            a[a["cfg.train.seed"] < 3],
+            runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed}, steps=30, seeds=(3, 4)),
+            b[b["cfg.train.seed"] >= 3],
+            runs_df({"b": lambda seed, step: 0.3 + 0.01 * seed}, steps=150, seeds=(0, 1, 2)),
+        ]
+    )
+    row = analysis.judge(mixed, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "unequal horizons: arm a's runs trained 150 / 30 steps, arm b's 150 / 30"
+    )
+    # a success rate separated completely (every episode 1 against every one 0) is a decision: the
+    # episodes were redrawn, and a zero-width CI there is the data, not a pinned score
+    apart = runs_df({"a": 1.0, "b": 0.0})
+    assert analysis.judge(apart, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.2, 1.0)).status == (
+        analysis.REPRODUCED
     )
     cost = analysis.Claim("cost", "a is cheaper", "val/success", mde=0.1, score="median")  # no horizon
     b2 = runs_df({"b": lambda seed, step: 0.3 + 0.02 * seed}, steps=30)  # the seeds' gaps differ
@@ -842,7 +861,7 @@ def test_report_names_a_misspelt_profile_and_a_profile_that_never_ran(tmp_path, 
     # a torn verdict file read as "Invalid control character at: line 1 column 49", naming no file
     verdicts = tmp_path / "smoke" / "verdicts"
     verdicts.mkdir(parents=True)
-    for text in ('{"notebook": "01_instability", "rows": [{"id', "{}", "[]"):
+    for text in ('{"notebook": "01_instability", "rows": [{"id', "{}", "[]", '{"notebook": "x", "rows": 1}'):
         (verdicts / "01_instability.json").write_text(text)
         with pytest.raises(
             ValueError, match=r"01_instability.json does not read as a verdict .*make replicate NB=01"

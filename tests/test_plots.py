@@ -235,10 +235,11 @@ def test_a_line_breaks_where_its_metric_has_no_value_instead_of_bridging_the_gap
     joins its points (those steps were never logged, not missing)."""
     df = runs_df()
     df["reasoning/length"] = 10.0 + df["step"]
+    df["reasoning/matched"] = 1.0  # logged at every step: where it is 0, the length is NaN
     gap = (df["variant"] == "top 25%") & (df["step"] == 2)
-    df.loc[gap, "reasoning/length"] = float("nan")
+    df.loc[gap, ["reasoning/length", "reasoning/matched"]] = [float("nan"), 0.0]
     one_seed = (df["variant"] == "top 5%") & (df["step"] == 4) & (df["cfg.train.seed"] == 1)
-    df.loc[one_seed, "reasoning/length"] = float("nan")
+    df.loc[one_seed, ["reasoning/length", "reasoning/matched"]] = [float("nan"), 0.0]
     fig = plots.curves(df[df["cfg.env.name"] == "bandit"], ["reasoning/length", "val/success"], hue="variant")
     ax = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("reasoning/length")][0]
     colour = {name: tuple(plots.palette(plots.order(df["variant"]))[name]) for name in df["variant"]}
@@ -258,3 +259,35 @@ def test_a_line_breaks_where_its_metric_has_no_value_instead_of_bridging_the_gap
     val = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("val/success")][0]
     bold = [list(line.get_xdata()) for line in val.lines if line.get_linewidth() > 2]
     assert bold and all(xs == [0, 3] for xs in bold)
+    plots.plt.close("all")
+
+
+def test_runs_that_log_on_their_own_schedule_keep_their_lines():
+    """online-5 logs every 5th step and a val_every-10 pilot validates every 10th: reindexed over
+    the steps any run of the panel logged, their lines were NaN between their own points and
+    vanished (05's Fig. 10, 07's pilots beside judged arms)."""
+    rows = []
+    for variant, every, val_every in (("online-1", 1, 5), ("online-5", 5, 10)):
+        for seed in (0, 1):
+            for step in range(0, 30, every):
+                rows.append(
+                    {
+                        "run_id": f"{variant}-{seed}",
+                        "variant": variant,
+                        "cfg.train.seed": seed,
+                        "step": step,
+                        "rollout/success": 0.5 + 0.01 * step,
+                        "rollout/format_valid": 1.0,
+                        "val/success": 0.4 if step % val_every == 0 else None,
+                    }
+                )
+    df = pd.DataFrame(rows)
+    fig = plots.curves(df, ["rollout/success", "val/success"], hue="variant")
+    colour = tuple(plots.palette(["online-1", "online-5"])["online-5"])
+    for metric, xs in (("rollout/success", [0, 5, 10, 15, 20, 25]), ("val/success", [0, 10, 20])):
+        ax = [a for a in fig.axes if a.get_ylabel() == plots.label(metric)][0]
+        lines = [line for line in ax.lines if tuple(line.get_color()) == colour]
+        assert len(lines) == 3  # two seeds and the mean
+        for line in lines:
+            assert list(line.get_xdata()) == xs and all(y == y for y in line.get_ydata()), metric
+    plots.plt.close("all")

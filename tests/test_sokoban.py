@@ -120,7 +120,7 @@ def test_bad_arguments_raise():
         ("num_boxes", 2.5),
         ("search_depth", "10"),
         ("max_steps", 9.5),
-        ("num_gen_steps", 3.0),
+        ("num_gen_steps", 3.5),
     ):
         with pytest.raises(ValueError, match=f"{field} must be a whole number, got {value!r}"):
             SokobanEnv(**{field: value})

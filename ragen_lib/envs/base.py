@@ -99,8 +99,9 @@ class TextEnv:
 
 
 def whole(name: str, value) -> int:
-    """`value` as an int where it is one (a count: boxes, steps, depth), else a ValueError naming the
-    field: int() rounded num_boxes=2.5 down to 2 boxes without a word."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    """`value` as an int where it is one (a count: boxes, steps, depth; 20.0 too, as a DataFrame
+    column holds it), else a ValueError naming the field: int() rounded num_boxes=2.5 down to 2."""
+    whole_float = isinstance(value, (float, np.floating)) and float(value).is_integer()
+    if isinstance(value, bool) or not (isinstance(value, (int, np.integer)) or whole_float):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     return int(value)
