@@ -159,7 +159,7 @@ def curves(
             # A run's steps for this metric: those where it logged the metric's family (`val/`:
             # every val_every; online-k: every k-th step). A line breaks at one of them where the
             # metric has no value (reasoning length where no tag matched), never bridges it.
-            family = [x for x in part.columns if "/" in x and x.split("/")[0] == m.split("/")[0]]
+            family = [x for x in part.columns if "/" in x and x.split("/")[0] == m.split("/")[0]] or [m]
             for h in hue_order:
                 d = data[data[hue] == h]
                 if d.empty:

@@ -290,4 +290,8 @@ def test_runs_that_log_on_their_own_schedule_keep_their_lines():
         assert len(lines) == 3  # two seeds and the mean
         for line in lines:
             assert list(line.get_xdata()) == xs and all(y == y for y in line.get_ydata()), metric
+    # a column with no <where>/ prefix is its own family
+    fig = plots.curves(df.assign(score=df["step"] * 0.1), ["score"], hue="variant")
+    ax = [a for a in fig.axes if a.get_ylabel() == "score"][0]
+    assert sorted(len(line.get_xdata()) for line in ax.lines) == [6, 6, 6, 30, 30, 30]
     plots.plt.close("all")
