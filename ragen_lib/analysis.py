@@ -706,16 +706,20 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
         total = df["cfg.train.groups"] * df["cfg.train.group_size"] * _online_k(df)
         if (df["rollout/kept"].dropna() >= total.loc[df["rollout/kept"].dropna().index]).all():
             return "the filter kept every episode"
-        if {"reward/group_std", "reward/group_std_kept"} <= set(df):
+        modes = set(df["cfg.algo.filter_mode"].dropna()) if "cfg.algo.filter_mode" in df else {"top"}
+        if {"reward/group_std", "reward/group_std_kept"} <= set(df) and modes in ({"top"}, {"bottom"}):
             # Groups tied in reward std (all 0: every answer of a group scored the same) leave the
-            # top-k choice to the order: the filter kept groups, but not the uncertain ones.
+            # top-k choice to the order: the filter kept groups, but not by their std. (A random
+            # filter chooses by design without it: not checked.)
             both = df[["reward/group_std", "reward/group_std_kept"]].dropna()
-            chose = both["reward/group_std_kept"] > both["reward/group_std"] + 1e-9
+            kept, every = both["reward/group_std_kept"], both["reward/group_std"]
+            chose = kept > every + 1e-9 if modes == {"top"} else kept < every - 1e-9
             if len(both) and chose.mean() < MIN_FILTER_SHARE:
+                which = "exceeded" if modes == {"top"} else "fell below"
                 return (
-                    f"the kept groups' reward std exceeded all groups' on {chose.mean():.0%} of the "
+                    f"the kept groups' reward std {which} all groups' on {chose.mean():.0%} of the "
                     f"steps (< {MIN_FILTER_SHARE:.0%}; on the others every group had the same std): "
-                    "the filter kept groups, but did not choose the uncertain ones"
+                    "the filter kept groups, but did not choose them by their std"
                 )
         return None
     raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
@@ -1088,7 +1092,13 @@ def judge(
         # Every seed's difference the same (or each arm's seeds all one value) and no episodes to
         # redraw: a CI of zero width measures no noise, and any MDE would read as decided. Steps
         # (collapse, lead) are whole numbers: the same lead in every seed is a measured result.
-        same = "every seed's difference a − b is" if paired else "each arm's seeds scored one value, a − b"
+        same = (
+            "every seed of arm a scored"  # one arm, against 0
+            if b is None
+            else "every seed's difference a − b is"
+            if paired
+            else "each arm's seeds scored one value, a − b"
+        )
         return replace(
             row,
             reason=f"no spread: {same} exactly {_fmt(row.effect * claim.direction)} ({claim.score} "

@@ -602,7 +602,20 @@ def test_inactive_mechanism_is_inconclusive():
     assert row.reason == (
         "mechanism did not act (filter, arm a): the kept groups' reward std exceeded all groups' on 0% "
         "of the steps (< 50%; on the others every group had the same std): the filter kept groups, but "
-        "did not choose the uncertain ones"
+        "did not choose them by their std"
+    )
+    # a lowest-std filter chooses by keeping less uncertain groups; a random one is not checked
+    low = df.assign(
+        **{"reward/group_std": 0.3, "reward/group_std_kept": 0.1, "cfg.algo.filter_mode": "bottom"}
+    )
+    assert (
+        analysis.judge(low, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status
+        == analysis.REPRODUCED
+    )
+    rnd = tied.assign(**{"cfg.algo.filter_mode": "random"})
+    assert (
+        analysis.judge(rnd, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status
+        == analysis.REPRODUCED
     )
     chose = tied.assign(**{"reward/group_std_kept": (tied["step"] % 3 != 0) * 0.3})  # 2 steps in 3
     assert analysis.judge(chose, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
@@ -957,7 +970,7 @@ def test_one_arm_claims_lead_and_slope_against_zero():
     same = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
     row = analysis.judge(same, slope, {"arm": "a"}, None)
     assert row.status == analysis.INCONCLUSIVE and row.reason == (
-        "no spread: every seed's difference a − b is exactly -0.01 (slope val/success), so the 95% CI "
+        "no spread: every seed of arm a scored exactly -0.01 (slope val/success), so the 95% CI "
         "has zero width: the seeds measure no noise to judge the effect against"
     )
 
