@@ -873,7 +873,9 @@ def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     ]
 
 
-def _design(part: pd.DataFrame, metric: str, arms: tuple[pd.DataFrame, ...] = ()) -> dict:
+def _design(A: pd.DataFrame, B: pd.DataFrame, metric: str) -> dict:
+    part = pd.concat([A, B])
+
     def one(col):
         vals = (
             [v.item() if hasattr(v, "item") else v for v in part[col].dropna().unique()]
@@ -886,7 +888,7 @@ def _design(part: pd.DataFrame, metric: str, arms: tuple[pd.DataFrame, ...] = ()
 
     return {
         "seeds": sorted(int(s) for s in part["cfg.train.seed"].unique()) if "cfg.train.seed" in part else [],
-        "steps": _horizons(*(arms or (part,))),
+        "steps": _horizons(A, B),
         "val_size": one("cfg.train.val_size"),
         # the temperature the judged episodes were sampled at: validation's own for a val/ metric
         "temperature": one(
@@ -935,7 +937,7 @@ def judge(
     `claim.env` with `reference`; None skips the check. See the module docstring for the order."""
     A = _select(df, a)
     B = A if b is None else _select(df, b)  # one arm: its score against 0
-    d = _design(pd.concat([A, B]), claim.metric, (A, B))
+    d = _design(A, B, claim.metric)
     row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
     row.power = power_statement(claim, A, B)
     if "judged" in df and len(A) and len(B) and not (A["judged"].all() and B["judged"].all()):

@@ -826,24 +826,19 @@ class Run:
                 f"{self.checkpoint_file()}, which has no copy of them (an older format). "
                 f"`{repair_command(self.path)}`"
             )
-        try:
-            samples = self.samples()
-            if any(r["step"] > keep for r in samples):
-                self._rewrite("samples.jsonl", [r for r in samples if r["step"] <= keep])
-        except CorruptRunError as e:
-            # Samples have no checkpoint copy: keep every line that still reads (to the checkpoint),
-            # the whole file copied aside first; the damaged one was all there was to lose.
-            file = self.path / "samples.jsonl"
-            moved = self._quarantine([file], copy=True)
-            rows = (_line_row(line) for line in file.read_bytes().split(b"\n"))
-            good = [r for r in rows if r is not None and r["step"] <= keep]
-            _atomic_write(file, "".join(json.dumps(r) + "\n" for r in good))
+        salvaged = self._salvage_samples(upto=keep)
+        if salvaged:
+            first, kept, moved = salvaged
             warnings.warn(
-                f"{e.args[0].split('. ')[0]}: kept the {len(good)} samples that read, of steps to "
-                f"{keep} (the old file is kept in {moved})",
+                f"{first}: kept the {kept} samples that read, of steps to {keep} (the old file is kept "
+                f"in {moved})",
                 RunStoreWarning,
                 stacklevel=2,
             )
+        else:
+            samples = self.samples()
+            if any(r["step"] > keep for r in samples):
+                self._rewrite("samples.jsonl", [r for r in samples if r["step"] <= keep])
         self._last_step = None
         self._resumed = (step, state)
         return step, state
@@ -949,24 +944,27 @@ class Run:
                             f"{str(e).split('. ')[0]}: restored steps 0-{step} from checkpoint step {step} "
                             f"(the old file is kept in {box}); the run resumes from there"
                         )
-        done += self._salvage_samples()
+        salvaged = self._salvage_samples()  # it blocked `load_samples` (02's texts) of a finished run
+        if salvaged:
+            first, kept, box = salvaged
+            done.append(f"{first}: kept the {kept} samples that read (the old file is kept in {box})")
         return done
 
-    def _salvage_samples(self) -> list[str]:
-        """samples.jsonl with a line that does not parse (no checkpoint holds a copy): keep every
-        line that reads, the whole file copied aside first. It blocked `load_samples` (02's echo-trap
-        texts) of a finished run, and repair found nothing wrong."""
+    def _salvage_samples(self, upto: int | None = None) -> tuple[str, int, Path] | None:
+        """samples.jsonl with a line that does not parse: samples have no checkpoint copy, so every
+        line that still reads (to step `upto`) is kept, the whole file copied aside first; the
+        damaged one was all there was to lose. (the error's first sentence, lines kept, where the
+        old file went), or None when every line reads (a torn last line is `_rows`' to cut)."""
         file = self.path / "samples.jsonl"
         try:
             self._read("samples.jsonl")
-            return []
+            return None
         except CorruptRunError as e:
             box = self._quarantine([file], copy=True)
             rows = (_line_row(line) for line in file.read_bytes().split(b"\n"))
-            good = [r for r in rows if r is not None]
+            good = [r for r in rows if r is not None and (upto is None or r["step"] <= upto)]
             _atomic_write(file, "".join(json.dumps(r) + "\n" for r in good))
-            first = str(e).split(". ")[0]
-            return [f"{first}: kept the {len(good)} samples that read (the old file is kept in {box})"]
+            return str(e).split(". ")[0], len(good), box
 
     def _cut_torn_tail_of_finished(self) -> list[str]:
         """A finished run whose metrics hold every step, then an incomplete line: only that line is
