@@ -916,6 +916,7 @@ class Run:
             else:
                 done += self._drop_uncovered_checkpoint(newest, step, state)
         done += self._cut_torn_tail_of_finished()
+        done += self._rebuild_unreadable_done()
         problems = self.problems()
         if problems:
             usable = self.checkpoint_file() is not None
@@ -983,6 +984,35 @@ class Run:
         raw = file.read_bytes()
         _atomic_write(file, raw[: len(raw) - len(tail)].decode())
         return [f"{file} ended in an incomplete line after its last step: cut (the file is kept in {box})"]
+
+    def _rebuild_unreadable_done(self) -> list[str]:
+        """DONE that does not read (mark_done writes it in one rename, so a copy between machines cut
+        short) over metrics that hold exactly the steps 0..N-1: the run finished and only its summary
+        is lost. DONE is rebuilt from config.yaml and the last metrics row, the old file copied aside;
+        the commit and device it trained on are lost with it ("not recorded" in plots and reports).
+        Without this, repair moved DONE aside and the whole run trained again from step 0."""
+        file = self.path / DONE
+        if not self.done or self.done_info() is not None:
+            return []
+        try:
+            rows, tail = self._read("metrics.jsonl")
+        except CorruptRunError:
+            return []
+        if tail or [r["step"] for r in rows] != self.schedule:
+            return []
+        box = self._quarantine([file], copy=True)
+        info = {
+            "steps": self.steps,
+            "config_hash": self.config_hash,
+            "config": self.saved_config(),
+            "final": rows[-1],
+            "rebuilt_by_repair": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        _atomic_write(file, json.dumps(info))
+        return [
+            f"{file} did not read and the metrics hold every step: rebuilt from them and config.yaml "
+            f"(the commit and device it trained on are not recorded; the old file is kept in {box})"
+        ]
 
     def _drop_uncovered_checkpoint(self, newest: Path, step: int, state: dict) -> list[str]:
         """An older-format checkpoint (no copy of the metrics) whose steps 0..step the metrics no

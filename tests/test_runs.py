@@ -387,7 +387,9 @@ def test_done_is_written_only_for_steps_0_to_n_minus_1(tmp_path):
     assert not (run.path / "ckpt").exists()  # a finished run drops its checkpoint and optimizer states
 
 
-@pytest.mark.parametrize("damage", ["no metrics", "short metrics", "garbage DONE", "DONE of another config"])
+@pytest.mark.parametrize(
+    "damage", ["no metrics", "short metrics", "garbage DONE and short metrics", "DONE of another config"]
+)
 def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, damage):
     run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
     run.mark_done()
@@ -396,8 +398,9 @@ def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, dam
         (run.path / "metrics.jsonl").unlink()
     elif damage == "short metrics":
         cut_last_line(run.path)
-    elif damage == "garbage DONE":
+    elif damage == "garbage DONE and short metrics":
         (run.path / "DONE").write_text("garbage")
+        cut_last_line(run.path)
     else:  # e.g. a DONE copied in from another run's folder
         info = json.loads((run.path / "DONE").read_text())
         (run.path / "DONE").write_text(json.dumps({**info, "config_hash": "0" * 12, "steps": 99}))
@@ -409,6 +412,28 @@ def test_an_inconsistent_done_is_not_reused_and_repair_retrains_it(tmp_path, dam
     actions = Run(run.path).repair()
     assert actions and not run.done and not (run.path / "metrics.jsonl").exists()  # trains again
     assert list((run.path / "quarantine").rglob("DONE"))  # moved aside, not deleted
+
+
+def test_repair_rebuilds_a_done_that_does_not_read_over_complete_metrics(tmp_path):
+    """DONE cut short (a copy between machines: mark_done writes it in one rename) while the metrics
+    hold every step: the run finished and only its summary was lost, but repair moved DONE aside and
+    the whole run trained again from step 0."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done({"device": "NVIDIA H100"})
+    run.close()
+    whole = (run.path / "DONE").read_bytes()
+    (run.path / "DONE").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(CorruptRunError, match="is not a JSON summary"):
+        Run(run.path).check_done()
+    actions = Run(run.path).repair()
+    assert len(actions) == 1 and "did not read and the metrics hold every step: rebuilt" in actions[0]
+    assert run.done and Run(run.path).problems() == []
+    info = Run(run.path).done_info()
+    assert info["steps"] == 12 and info["config_hash"] == Run(run.path).config_hash
+    assert info["final"] == Run(run.path).metrics()[-1] and "device" not in info
+    assert next((run.path / "quarantine").rglob("DONE")).read_bytes() == whole[: len(whole) // 2]
+    assert Run(run.path).repair() == []  # repaired: nothing left to do
+    assert runs.load(tmp_path, "f")["done"].all()
 
 
 def test_repair_cuts_only_a_torn_line_after_a_finished_runs_last_step(tmp_path):
