@@ -327,11 +327,17 @@ def collapse(
 # ---- the claim, per-seed scores, the bootstrap, the sign test ----
 
 
+SCORES = ("late", "auc", "peak", "median", "max", "total", "slope", "collapse", "lead")
+
+
 @dataclass(frozen=True)
 class Claim:
     """One sub-claim, written before the data: arm a beats arm b (direction +1) on `metric`.
 
-    score: "late" (mean over the last third of the logged points), "peak", "median" (median over
+    score: "late" (mean over the last third of the logged points), "auc" (mean over every logged
+    point: the area under the curve per step where the points are evenly spaced, as validation
+    every val_every steps is; of two arms that end level, the one that rose earlier scores higher:
+    "converges faster"), "peak", "median" (median over
     steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: wall time),
     "slope" (least-squares slope per step), "collapse" (the step of `collapse`, censored at the
     horizon; metric is the training success) or "lead" (collapse step − the step `indicator` first
@@ -360,6 +366,8 @@ class Claim:
     indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
 
     def __post_init__(self):
+        if self.score not in SCORES:
+            raise ValueError(f"claim {self.id!r}: unknown score {self.score!r}: {' | '.join(SCORES)}")
         if self.score == "lead" and not self.indicator:
             raise ValueError(
                 f"claim {self.id!r}: score 'lead' needs indicator=<metric> (the early warning whose drop "
@@ -503,6 +511,9 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         elif claim.score == "late":
             points = v.iloc[-max(1, round(len(v) / 3)) :].to_numpy(float)
             score = float(points.mean())
+        elif claim.score == "auc":
+            points = v.to_numpy(float)
+            score = float(points.mean())
         elif claim.score == "peak":
             score = float(v.max())
         elif claim.score == "median":
@@ -514,7 +525,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         elif claim.score == "slope":
             score = slope(v)
         else:
-            raise ValueError(f"unknown score {claim.score!r}: late|peak|median|max|total|slope|collapse|lead")
+            raise ValueError(f"unknown score {claim.score!r}: {'|'.join(SCORES)}")
         if score != score and not why:
             why = f"no {claim.metric} logged" if v.empty else f"no {claim.score} of {claim.metric}"
         rows.append(
@@ -535,7 +546,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
 
 
 def _is_rate(claim: Claim) -> bool:
-    return claim.score == "late" and ("success" in claim.metric or "format_valid" in claim.metric)
+    return claim.score in ("late", "auc") and ("success" in claim.metric or "format_valid" in claim.metric)
 
 
 def bootstrap_ci(
@@ -727,7 +738,7 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
 
 CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
 #: Scores that depend on how long a run trained: arms with different horizons are not compared.
-HORIZON_SCORES = ("late", "peak", "slope", "collapse", "lead")
+HORIZON_SCORES = ("late", "auc", "peak", "slope", "collapse", "lead")
 MECHANISMS = ("clip", "clip_high", "kl", "filter", "think")
 
 

@@ -989,6 +989,35 @@ def test_the_late_score_is_the_mean_of_the_last_third_of_the_logged_points():
     assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.3)
 
 
+def test_the_auc_score_tells_the_arm_that_rose_earlier_where_the_late_score_sees_a_tie():
+    """05's Fig. 10 claim is that online-1 "converges fastest": two arms that end level differ in
+    when they rose, which the late score (the last third) cannot see and the mean over every logged
+    point can. Arm a rises from 0.1 to 0.7 at step 5, arm b at step 20, of 30: a's mean is
+    (5·0.1 + 25·0.7) / 30 = 0.6, b's (20·0.1 + 10·0.7) / 30 = 0.3."""
+    auc = analysis.Claim("auc", "a converges faster", "val/success", mde=0.1, score="auc")
+    df = runs_df(
+        {
+            "a": lambda seed, step: (0.7 if step >= 5 else 0.1) + 0.01 * seed,
+            "b": lambda seed, step: (0.7 if step >= 20 else 0.1) + 0.01 * seed,
+        }
+    )
+    scores = analysis.seed_scores(df[df["arm"] == "b"], auc)
+    assert scores["score"].tolist() == pytest.approx([0.3 + 0.01 * k for k in range(5)])
+    assert all(len(p) == 30 for p in scores["points"])  # every point's episodes are redrawn
+    row = analysis.judge(df, auc, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.3)
+    late = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert late.effect == pytest.approx(0.0) and late.status == analysis.NOT_REPRODUCED
+    # a horizon score: arms of different lengths are not compared on it
+    short = runs_df({"b": lambda seed, step: 0.1 + 0.01 * seed}, steps=10)
+    row = analysis.judge(
+        pd.concat([df[df["arm"] == "a"], short]), auc, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT
+    )
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("unequal horizons")
+    with pytest.raises(ValueError, match="unknown score 'area'.*late \\| auc"):
+        analysis.Claim("x", "a beats b", "val/success", mde=0.1, score="area")
+
+
 def test_a_null_effect_whose_ci_stops_short_of_the_mde_is_not_reproduced():
     # Per-seed differences +.01, −.01, 0, +.005, −.005 around 0.5: the CI spans 0 but ends far below
     # the MDE 0.1, so the effect the study could see is excluded (not merely undecided).
