@@ -199,9 +199,14 @@ class EnvConfig:
         fields = envs.env_fields(self.name)
         _check_keys("env.kwargs.", self.kwargs, fields, f"field(s) of env {self.name!r}")
         # An exponent without a dot ("5e-1") is text to YAML 1.1, as for the dataclass fields
-        # (`_coerce`): a number where the env's default is one, so both spellings hash alike.
+        # (`_coerce`): a number where the env's default is one, so both spellings hash alike. An
+        # int where the default is a float is that float, as for the dataclass's float fields:
+        # high_risk_p 1 and 1.0 hashed apart, so a grid trained the same run twice.
         converted = {}
         for key, value in self.kwargs.items():
+            if isinstance(fields[key], float) and isinstance(value, int) and not isinstance(value, bool):
+                converted[key] = float(value)
+                continue
             if not (isinstance(value, str) and _is_number_field(fields[key])):
                 continue
             try:

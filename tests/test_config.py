@@ -72,6 +72,10 @@ def test_exponents_without_a_dot_are_numbers_and_text_in_a_number_field_is_named
         c.env.kwargs == {"high_risk_p": 0.5}
         and c.hash() == from_dict({}, ["env.kwargs.high_risk_p=0.5"]).hash()
     )
+    # an int where the env's default is a float is that float: 1 and 1.0 hashed apart (two runs)
+    one = from_dict({}, ["env.kwargs.high_risk_p=1"])
+    assert one.env.kwargs == {"high_risk_p": 1.0} and isinstance(one.env.kwargs["high_risk_p"], float)
+    assert one.hash() == from_dict({}, {"env.kwargs": {"high_risk_p": 1.0}}).hash()
 
 
 def test_override_without_equals_sign_says_how():
@@ -209,7 +213,7 @@ def test_groups_must_split_over_the_launched_processes(monkeypatch):
         ("rollout.max_turns=0", "rollout.max_turns must be >= 1, got 0"),
         ("env.kwargs=abc", "env.kwargs must be a mapping, e.g. {size: 8}, got 'abc'"),
         ("env.kwargs={arms: 3}", "unknown field(s) of env 'bandit': env.kwargs.arms"),
-        ("env.kwargs={high_risk_p: 2}", "env.kwargs {'high_risk_p': 2} rejected by env 'bandit'"),
+        ("env.kwargs={high_risk_p: 2}", "env.kwargs {'high_risk_p': 2.0} rejected by env 'bandit'"),
         # a wrong type read "'<=' not supported between instances of 'int' and 'str'"
         (
             "env.kwargs={high_risk_p: abc}",
