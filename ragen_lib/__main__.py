@@ -69,7 +69,7 @@ def _run(args) -> int:
         if step is None:
             print(f"starting {path}")
         else:
-            todo = f"steps {step + 1}-{cfg.train.steps - 1} to train"
+            todo = f"steps {step + cfg.train.online_k}-{cfg.train.steps - 1} to train"  # a rollout's k
             print(f"resuming {path} from its checkpoint at step {step}: {todo}")
         trainer.train(cfg, run, progress=not args.quiet)
     print(f"run finished: {path}")

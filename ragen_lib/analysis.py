@@ -462,9 +462,14 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
     return get("cfg.train.groups") * get("cfg.train.group_size") * get("cfg.train.online_k")
 
 
-def _online_k(df: pd.DataFrame) -> pd.Series | int:
-    """Each row's train.online_k (1 where a run's config predates it)."""
-    return df["cfg.train.online_k"].fillna(1) if "cfg.train.online_k" in df else 1
+def _rollout_updates(df: pd.DataFrame) -> pd.Series | int:
+    """The updates each row's rollout fed: train.online_k (1 where a run's config predates it), or
+    the ones left at the last step of a run whose steps are not a multiple of it
+    (`TrainConfig.rollout_updates`)."""
+    k = df["cfg.train.online_k"].fillna(1) if "cfg.train.online_k" in df else 1
+    if "cfg.train.steps" in df:
+        return np.minimum(k, df["cfg.train.steps"] - df["step"])
+    return k
 
 
 def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
@@ -714,7 +719,7 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
         if "cfg.train.groups" not in df or "cfg.train.group_size" not in df:
             return "no cfg.train.groups / cfg.train.group_size in the frame: the batch the filter chose from"
         # a step plays online_k × P × N episodes (each rollout feeds online_k updates), all filtered
-        total = df["cfg.train.groups"] * df["cfg.train.group_size"] * _online_k(df)
+        total = df["cfg.train.groups"] * df["cfg.train.group_size"] * _rollout_updates(df)
         if (df["rollout/kept"].dropna() >= total.loc[df["rollout/kept"].dropna().index]).all():
             return "the filter kept every episode"
         modes = set(df["cfg.algo.filter_mode"].dropna()) if "cfg.algo.filter_mode" in df else {"top"}

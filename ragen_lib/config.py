@@ -427,7 +427,8 @@ class TrainConfig:
     """RAGEN's freshness study (online-k, Fig. 10): each rollout plays online_k × groups initial
     states and the update takes online_k × as many optimizer steps from it, each on other groups,
     with old log-probs from the behaviour policy. To keep the optimizer steps and episodes of k = 1,
-    a run plays steps / online_k rollouts, logged at steps 0, k, 2k, …"""
+    a run plays steps / online_k rollouts, logged at steps 0, k, 2k, …; where steps is not a
+    multiple of k, the last rollout feeds only the updates left (`rollout_updates`)."""
     actor_lr: float = 1e-6
     """Policy learning rate, AdamW (RAGEN: 1e-6)."""
     critic_lr: float = 1e-5
@@ -441,15 +442,18 @@ class TrainConfig:
     seed: int = 0
     """Seeds initial states, sampling and the filter; a resumed run replays the same numbers."""
     val_every: int = 10
-    """Validate every k steps (and at the last step); 0 disables."""
+    """Validate every k updates (and the final policy); 0 disables. With online_k, at the first
+    logged step at or past each multiple (`crosses`): every lcm(k, online_k) updates, before."""
     val_size: int = 256
     """Fixed validation initial states (RAGEN: 256)."""
     val_temperature: float = 0.5
     """Sampling temperature of validation rollouts (RAGEN: 0.5)."""
     checkpoint_every: int = 10
-    """Write a checkpoint every k steps (and at the last); a crash redoes at most k steps."""
+    """Write a checkpoint every k updates (the last step writes DONE instead); a crash redoes at
+    most k updates."""
     samples_every: int = 10
-    """Write full trajectories to samples.jsonl every k steps (the echo-trap tables)."""
+    """Write full trajectories to samples.jsonl every k updates, as val_every counts (the echo-trap
+    tables)."""
     samples_per_step: int = 4
     """Trajectories written to samples.jsonl at each `samples_every` step."""
     warmup: str = "none"
@@ -521,6 +525,20 @@ class TrainConfig:
     def logged_steps(self) -> range:
         """The steps a finished run has logged: 0 … steps − 1, every online_k-th (one per rollout)."""
         return range(0, self.steps, self.online_k)
+
+    def rollout_updates(self, step: int) -> int:
+        """The updates the rollout of logged step `step` feeds: online_k, or the ones left before
+        `steps` (3 steps at online_k 2: 2, then 1). It played the online_k multiple of the last
+        rollout before, so online-10 in a 3-step run trained 10 updates' worth."""
+        return min(self.online_k, self.steps - step)
+
+    @staticmethod
+    def crosses(before: int, after: int, every: int) -> bool:
+        """Whether the updates from `before` to `after` reach a multiple of `every` (0: never): a
+        logged step validates, writes samples or a checkpoint when its stride of online_k updates
+        passes one. Testing `step % every` on logged steps 0, k, 2k, … met only multiples of
+        lcm(k, every): online-2 validated every 10 updates where val_every said 5."""
+        return bool(every) and after // every != before // every
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,9 @@ def draw_states(seed: int, step: int, salt: int, n: int) -> list[int]:
 
 
 def train_seeds(cfg: Config, step: int) -> list[int]:
-    """P (× online_k) fresh initial states per step (RAGEN samples new states every iteration)."""
-    return draw_states(cfg.train.seed, step, TRAIN_STATES, cfg.train.groups * cfg.train.online_k)
+    """P (× the updates the rollout feeds: online_k) fresh initial states per step (RAGEN samples
+    new states every iteration)."""
+    return draw_states(cfg.train.seed, step, TRAIN_STATES, cfg.train.groups * cfg.train.rollout_updates(step))
 
 
 def apo_pool(cfg: Config) -> list[int]:

@@ -89,7 +89,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # ---- validation, RAGEN's schedule: the policy after `step` updates (the one that plays this
         # step's rollout; at step 0 the policy before any update, RAGEN's val_before_train), every
         # val_every updates; the final policy is validated at the end of the last step instead ----
-        if t.val_every and step % t.val_every == 0 and step != last:
+        if t.crosses(step - t.online_k, step, t.val_every) and step != last:
             m.update(_validation(policy, tok, cfg, ranks))
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
@@ -98,7 +98,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
             v_star.refresh(policy, tok, cfg, step)  # with the current policy
             m["time/v_star"] = time.perf_counter() - t_vs
 
-        # ---- rollout: P (× online_k) fresh initial states, N samples each ----
+        # ---- rollout: P (× the updates it feeds: online_k) fresh initial states, N samples each ----
         t_r = time.perf_counter()
         states = seeds.apo_states(cfg, step, v_star.pool) if v_star else seeds.train_seeds(cfg, step)
         policy.eval()
@@ -143,7 +143,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # With one optimizer step per batch the update's own forward runs the policy the old
         # log-probs would come from, so they are taken from it (ratio 1, same gradient; TRL and
         # verl do the same). Not when the KL penalty sits in the GAE rewards: they need them first.
-        mb_size = -(-shard.total // (t.mini_batches * t.online_k)) if t.mini_batches else t.mini_batch_size
+        n_updates = t.rollout_updates(step)  # online_k, or the ones left at the end
+        mb_size = -(-shard.total // (t.mini_batches * n_updates)) if t.mini_batches else t.mini_batch_size
         one_step = t.ppo_epochs == 1 and mb_size >= shard.total
         old_from_update = (
             REUSE_UPDATE_LOGP and one_step and not (a.kl_coef and a.kl_in_reward)  # (gae: config checks)
@@ -246,12 +247,11 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # ---- store: metrics, samples, checkpoint ----
         if run is not None:
             run.log(step, m)
-            if t.samples_every and step % t.samples_every == 0:
+            if t.crosses(step - t.online_k, step, t.samples_every):
                 run.log_samples(
                     step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))]
                 )
-            crossed = (step + t.online_k) // t.checkpoint_every != step // t.checkpoint_every
-            if crossed and step != last:  # the last step needs none: DONE follows
+            if t.crosses(step, step + n_updates, t.checkpoint_every) and step != last:  # last: DONE follows
                 run.save_checkpoint(
                     step,
                     {

@@ -531,6 +531,36 @@ def test_online_k_plays_k_times_the_groups_and_steps_k_times_from_each_rollout(m
     assert all(r["policy/ratio_std"] > 0 for r in rows)  # the second mini-batch sees the first's update
 
 
+def test_online_k_trains_exactly_steps_updates_and_validates_every_val_every_updates(monkeypatch):
+    """7 steps at online_k 2: rollouts at 0, 2, 4, 6 feeding 2, 2, 2 and 1 updates (the last played
+    2·P groups and took 2 updates before: 8 updates' worth; online-10 in smoke's 3 steps took 10).
+    val_every 3: validated at 0, at 4 (the first logged step past update 3) and the final policy;
+    `step % val_every` met only multiples of 6, so 4 was never validated."""
+    calls = []
+    real = trainer.collect
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[3]))  # the states
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "collect", counting)
+    over = {"algo.name": "starpo-grpo", "train.steps": 7, "train.online_k": 2, "train.val_every": 3}
+    over |= {"train.val_size": 2}
+    rows = trainer.train(tiny(**over), progress=False)
+    assert [r["step"] for r in rows] == [0, 2, 4, 6]
+    assert [r["policy/optimizer_steps"] for r in rows] == [2, 2, 2, 1]  # 7 updates of 4 episodes
+    assert [r["step"] for r in rows if "val/success" in r] == [0, 4, 6]
+    assert calls == [2, 4, 4, 2, 4, 2, 2]  # validation: 2 states (at 0, 4, the end); rollouts: k·P
+
+
+def test_the_cadences_count_updates_and_the_last_rollout_feeds_only_the_updates_left():
+    t = config.TrainConfig(steps=7, online_k=2)
+    assert [t.rollout_updates(s) for s in t.logged_steps] == [2, 2, 2, 1]
+    assert [s for s in t.logged_steps if t.crosses(s - 2, s, 3)] == [0, 4, 6]
+    assert [s for s in range(7) if config.TrainConfig.crosses(s - 1, s, 3)] == [0, 3, 6]  # online-1
+    assert not any(config.TrainConfig.crosses(s - 1, s, 0) for s in range(7))  # 0: never
+
+
 def test_warmup_cli_prints_the_rates_and_refuses_none(capsys):
     from ragen_lib.__main__ import main
 
