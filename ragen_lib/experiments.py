@@ -965,6 +965,8 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         }
         earlier |= {p.name for p in unique}
         todo = [c for p, c in unique.items() if not (p / runs.DONE).exists() and p not in shared]
+        for model in {c.model.name for c in todo} - to_load:  # each once, before model_size reads it:
+            models.check(model)  # a hub id not cached and not on the hub was transformers' traceback
         to_load |= {c.model.name for c in todo}
         ckpt = max((checkpoint_bytes(c) for c in todo), default=0)
         judged = {runs.run_dir(root, finding, c) for c, labels in pairs if labels.get("judged")}
@@ -1047,8 +1049,13 @@ def format_plan(p: dict) -> str:
             f"estimated {sum(known):.0f} min of training (outputs/bench/{', '.join(benches)}: the measured "
             "s/step scaled by episodes × turns × tokens; validation and warm-ups not included)"
         )
+    elif todo and p["models"] == [models.TINY_RANDOM]:  # `make bench` measures the embedded model
+        est = "estimated minutes: none (the tiny random model is not benchmarked; smoke takes minutes)"
     elif todo:
-        est = "estimated minutes: no measurement of this model (run `make bench` on this machine)"
+        est = (
+            f"estimated minutes: no measurement of {', '.join(p['models'])} here (`make bench` measures "
+            "the embedded model, or RAGEN_MODEL's when it is set, on this machine)"
+        )
     else:
         est = "nothing left to train"
     shared = sum(r["shared"] for r in p["findings"])

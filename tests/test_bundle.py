@@ -154,15 +154,25 @@ def test_the_manifest_pins_each_python_and_excludes_torch(built):
 
 
 def test_an_unknown_extra_is_refused_before_anything_is_downloaded(tmp_path):
-    with pytest.raises(ValueError, match="no extra \\['tests'\\].*notebooks test bench"):
+    with pytest.raises(ValueError, match="carries notebooks, test, bench, not tests"):
         bundle.build(tmp_path / "dest", pythons=["3.12"], extras=("notebooks", "tests"))
     assert not (tmp_path / "dest").exists()
     from ragen_lib.__main__ import main
 
     assert main(["bundle", str(tmp_path / "dest"), "--extras", "tests"]) == 2  # one line, no traceback
+    with pytest.raises(ValueError, match="not lab .*`make lab` there"):  # pyproject has it: not "no extra"
+        bundle.build(tmp_path / "dest", pythons=["3.12"], extras=("lab",))
     for size in ("nan", "inf", "0"):  # nan and inf passed, to fail after the download naming nothing
         assert main(["bundle", str(tmp_path / "dest"), "--part-mb", size]) == 2
     assert not (tmp_path / "dest").exists()
+
+
+def test_install_checks_the_imports_of_the_extras_it_carries_only():
+    """A bundle without `bench` checked that trl imports: install.sh failed after installing all."""
+    assert bundle.imports_to_verify(("notebooks",))[-2:] == ("papermill", "jupytext")
+    assert "trl" not in bundle.imports_to_verify(("notebooks",))
+    assert bundle.imports_to_verify(()) == bundle.VERIFY_IMPORTS  # --extras alone: the project only
+    assert set(bundle.imports_to_verify(bundle.EXTRAS)) >= {"papermill", "jupytext", "trl", "pytest"}
 
 
 def test_a_folder_that_is_not_a_bundle_is_refused_and_kept(tmp_path):

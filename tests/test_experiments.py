@@ -662,6 +662,15 @@ def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots()
     assert judged_apo == {("sokoban", "apo", 0), ("sokoban", "starpo-ppo", 0), ("sokoban", "starpo-grpo", 0)}
 
 
+def test_plan_names_a_model_that_cannot_load_before_it_sizes_the_checkpoints(tmp_path, monkeypatch):
+    """`plan` (the first step of make replicate) read a hub id's config with transformers to size a
+    checkpoint, before any check: an id neither cached nor on the hub was a 40-line traceback."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("RAGEN_MODEL", "nobody/no-such-model")
+    with pytest.raises(models.ModelNotFound, match="hub id 'nobody/no-such-model' is not in the local"):
+        experiments.plan("quick", root=tmp_path, names=["02_echo_trap"])
+
+
 def test_plan_estimates_minutes_from_the_measured_step(tmp_path, monkeypatch):
     import torch
 
