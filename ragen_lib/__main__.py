@@ -21,6 +21,11 @@ import argparse
 import os
 import re
 import sys
+from pathlib import Path
+
+#: The checkout's outputs/: bench and doctor write there wherever they are called from, as `plan`
+#: reads the bench there (a bench run from notebooks/ wrote notebooks/outputs/bench, never read).
+OUTPUTS = Path(__file__).resolve().parent.parent / "outputs"
 
 SEED_MAX = 2**31 - 1
 """The largest seed (train.seed's bound): numpy's and torch's generators overflowed past it."""
@@ -46,7 +51,6 @@ def _demo(args) -> int:
 
 
 def _run(args) -> int:
-    from pathlib import Path
 
     from ragen_lib import experiments, models, runs, trainer
 
@@ -77,7 +81,6 @@ def _run(args) -> int:
 
 
 def _bench(args) -> int:
-    from pathlib import Path
 
     import torch
 
@@ -102,7 +105,9 @@ def _bench(args) -> int:
         # A part of the bench (`--only trl`, `--quick`) replaced the committed full report with its
         # few rows, and `plan` lost the train step it reads: a part goes beside the full report.
         part = ["+".join(only)] if only and set(only) != set(bench.SECTIONS) else []
-        out = str(Path("outputs/bench", "-".join(part + ["quick"] * args.quick)))
+        out = str(Path(OUTPUTS / "bench", "-".join(part + ["quick"] * args.quick)))
+    if Path(out).exists() and not Path(out).is_dir():  # before the minutes of measuring, not after
+        raise ConfigError(f"--out {out} is a file: name a folder (the report is <out>/<device>.md and .json)")
     try:
         bench.run(args.model, args.device, out, quick=args.quick, only=only, before=args.before)
     except bench.SectionsFailed as e:  # the tracebacks are printed; the report (if any row) holds the rest
@@ -230,7 +235,6 @@ def _zeroshot(args) -> int:
 def _plot(args) -> int:
     """Curves of every run under OUT_ROOT/runs/<finding>/ (format-valid rate always included), and a
     per-run summary: first and last step, and the mean of the first and last thirds."""
-    from pathlib import Path
 
     from ragen_lib import plots, runs
 
@@ -328,7 +332,6 @@ def _plan(args) -> int:
 
 def _unwritable(root) -> str | None:
     """Why folder `root` cannot be created or written (None: it can), without creating it."""
-    from pathlib import Path
 
     path = Path(root).absolute()
     while not path.exists() and path != path.parent:
@@ -454,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--out",
         default=None,
-        help="writes <out>/<device>.md and .json (default outputs/bench; with --only or --quick "
-        "outputs/bench/<sections joined by +>[-quick], beside the full report, not over it)",
+        help="writes <out>/<device>.md and .json (default the checkout's outputs/bench; with --only or "
+        "--quick outputs/bench/<sections joined by +>[-quick], beside the full report, not over it)",
     )
     bench.add_argument("--quick", action="store_true", help="tiny sizes: checks that every measurement runs")
     bench.add_argument(
@@ -490,7 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     doc.add_argument(
         "--device", type=_device, default=None, help="cpu or cuda (default: cuda when available)"
     )
-    doc.add_argument("--out", default="outputs/gpu-check", help="writes <out>/<device>.md and .json")
+    doc.add_argument(
+        "--out",
+        default=str(OUTPUTS / "gpu-check"),
+        help="writes <out>/<device>.md and .json (default: the checkout's outputs/gpu-check)",
+    )
     doc.add_argument("--model", default=None, help="default: RAGEN_MODEL or the embedded SmolLM2")
     bun = sub.add_parser(
         "bundle", help="wheels + the embedded model in parts + install.sh, for hosts offline"
@@ -584,7 +591,6 @@ def main(argv: list[str] | None = None) -> int:
 def _given_root(e: OSError, args) -> str | None:
     """Which folder the user gave (--out, `plot`'s run store or --png, RAGEN_OUTPUTS, RAGEN_CACHE)
     the failed path lies in."""
-    from pathlib import Path
 
     out, root, png = (getattr(args, k, None) for k in ("out", "root", "png"))
     failed = Path(os.fsdecode(e.filename)).absolute() if e.filename else None

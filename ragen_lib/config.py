@@ -416,9 +416,11 @@ class TrainConfig:
     """Episodes per optimizer step (RAGEN: 32, counted after the filter, so vanilla StarPO's 128
     episodes take 4 steps and StarPO-S's 32 kept ones take 1)."""
     mini_batches: int | None = None
-    """When set, the kept batch is split into this many mini-batches (× online_k) whatever its size,
-    instead of mini-batches of `mini_batch_size`: a filtered and an unfiltered run then both take
-    several optimizer steps per batch, so PPO's clip acts in both."""
+    """When set, the kept batch is split into mini-batches of ceil(kept / (this × online_k))
+    episodes whatever its size, instead of `mini_batch_size`: a filtered and an unfiltered run then
+    both take several optimizer steps per batch, so PPO's clip acts in both. That is this many
+    steps where the kept episodes divide evenly (every shipped profile), fewer where they do not
+    (6 kept in 4: mini-batches of 2, 3 steps), as verl splits by a size."""
     micro_batch_size: int = 8
     """Episodes per forward/backward (gradient accumulation inside a mini-batch)."""
     ppo_epochs: int = 1

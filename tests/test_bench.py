@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -489,3 +490,15 @@ def test_a_part_of_the_bench_writes_beside_the_full_report_not_over_it(monkeypat
     ):
         assert main(base + extra) == 0
         assert seen.pop() == want, extra
+
+
+def test_bench_refuses_an_out_that_is_a_file_before_it_measures(tmp_path, monkeypatch, capsys):
+    """`--out` naming a file failed after the minutes of measuring; and the default folder is the
+    checkout's outputs/bench, where `plan` reads the train step, wherever bench is called from."""
+    from ragen_lib.__main__ import OUTPUTS, main
+
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("measured before checking --out"))
+    (tmp_path / "report").write_text("")
+    assert main(["bench", "--quick", "--model", "tiny-random", "--out", str(tmp_path / "report")]) == 2
+    assert "is a file: name a folder" in capsys.readouterr().err
+    assert OUTPUTS == Path(bench.__file__).resolve().parents[1] / "outputs"
