@@ -475,21 +475,21 @@ def test_a_part_of_the_bench_writes_beside_the_full_report_not_over_it(monkeypat
     """`bench --only trl` (trl not installed) replaced the committed 75-line CPU report with one
     row, and `plan` lost the train step it reads; without --out a part now goes to a folder of its
     own."""
-    from ragen_lib.__main__ import main
+    from ragen_lib.__main__ import OUTPUTS, main
 
     seen = []
     monkeypatch.setattr(bench, "run", lambda model, device, out, **kw: seen.append(out))
     base = ["bench", "--model", "tiny-random", "--device", "cpu"]
     for extra, want in (
-        ([], "outputs/bench"),
-        (["--only", ",".join(bench.SECTIONS)], "outputs/bench"),
-        (["--only", "trl"], "outputs/bench/trl"),
-        (["--only", "load,memory", "--quick"], "outputs/bench/load+memory-quick"),
-        (["--quick"], "outputs/bench/quick"),
-        (["--only", "trl", "--out", "x"], "x"),
+        ([], "bench"),
+        (["--only", ",".join(bench.SECTIONS)], "bench"),
+        (["--only", "trl"], "bench/trl"),
+        (["--only", "load,memory", "--quick"], "bench/load+memory-quick"),
+        (["--quick"], "bench/quick"),
+        (["--only", "trl", "--out", "x"], None),
     ):
         assert main(base + extra) == 0
-        assert seen.pop() == want, extra
+        assert seen.pop() == (str(OUTPUTS / want) if want else "x"), extra
 
 
 def test_bench_refuses_an_out_that_is_a_file_before_it_measures(tmp_path, monkeypatch, capsys):
