@@ -31,6 +31,7 @@ from ragen_lib.generation import (
     LIVENESS_EVERY,
     StopOnText,
     capture_graph,
+    ends_answer,
     parameter_storage,
     pooled,
     rows_bucket,
@@ -325,9 +326,10 @@ def _right_pad(seqs: list[list[int]], device, width: int | None = None) -> torch
 
 
 @torch.no_grad()  # the trainer calls the rollout with grad enabled: a graph would keep every step
-def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature: float, eos: int, pad: int,
+def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature: float, eos, pad: int,
          stop: StopOnText | None, generator, group_size: int, static: bool = False) -> None:  # fmt: skip
-    """Decode every episode to its end. `tracks[i].ids` is episode i's conversation; `start` the
+    """Decode every episode to its end (an answer ends at any id of `eos`, an int or a tuple:
+    `generation.end_token_ids`). `tracks[i].ids` is episode i's conversation; `start` the
     episodes that play a first turn. `on_turn(i, tokens, logps)` is called when episode i's answer
     ends: it steps the env, extends the track, and returns True when episode i plays another turn
     (its track then ends with the next generation prompt). `group_size` > 1: contiguous groups;
@@ -398,7 +400,7 @@ def play(model, tracks, start: list[int], max_new: int, on_turn, *, temperature:
         tokens[at, col] = new
         logps[at, col] = torch.log_softmax(x, dim=-1).gather(1, new[:, None])[:, 0]
         count[:R] += was.long()
-        ended = was & ((new == eos) | (count[:R] >= max_new))
+        ended = was & (ends_answer(new, eos) | (count[:R] >= max_new))
         if stop is not None:
             ended |= was & stop.step(state[:R], new)  # a view: the automata advance in place
         live[:R] = was & ~ended

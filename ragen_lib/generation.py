@@ -200,6 +200,25 @@ def stop_on_text(tokenizer, stops: tuple[str, ...], armed_by: str | None = None)
     return StopOnText(tokenizer, stops, armed_by)
 
 
+def end_token_ids(model, tokenizer) -> tuple[int, ...]:
+    """The ids that end an answer: the tokenizer's end of turn, then every id the model's generation
+    config lists. Qwen2.5-Instruct lists <|im_end|> and <|endoftext|>, and RAGEN's vLLM rollouts
+    stop at both; with the tokenizer's <|im_end|> alone, a reply ended by <|endoftext|> ran on to
+    the token budget, and what followed was parsed and trained. SmolLM2 lists its <|im_end|> only."""
+    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = [listed] if isinstance(listed, int) else list(listed or [])
+    return tuple(dict.fromkeys(i for i in [tokenizer.eos_token_id, *listed] if i is not None))
+
+
+def ends_answer(new: torch.Tensor, end_ids) -> torch.Tensor:
+    """Which sampled tokens `new` are one of `end_ids` (an int or a sequence: `end_token_ids`)."""
+    ids = (end_ids,) if isinstance(end_ids, int) else tuple(end_ids)
+    hit = new == ids[0]
+    for i in ids[1:]:  # one or two ids: no tensor to build per step
+        hit |= new == i
+    return hit
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -207,7 +226,7 @@ def generate(
     *,
     max_new_tokens: int,
     temperature: float,
-    eos_token_id: int,
+    eos_token_id: int | tuple[int, ...],
     pad_token_id: int,
     stop: StopOnText | None = None,
     generator: torch.Generator | None = None,
@@ -219,8 +238,9 @@ def generate(
 ) -> list[list[int]]:
     """Sample continuations of `prompts` (lists of token ids, any lengths), all in one batch.
 
-    Each row stops at `eos_token_id` (kept), at a stop string (kept through the token that
-    completes it) or after `max_new_tokens`. temperature 0 is greedy and ignores `generator`.
+    Each row stops at `eos_token_id` (kept; a tuple: at any of its ids, `end_token_ids`), at a
+    stop string (kept through the token that completes it) or after `max_new_tokens`.
+    temperature 0 is greedy and ignores `generator`.
     `group_size` > 1 says the prompts come in contiguous groups of that many identical rows
     (a GRPO/StarPO group on its first turn): each distinct prompt is prefilled once and its KV
     cache copied to the group's rows. The samples drawn are the same as with group_size=1.
@@ -257,7 +277,7 @@ def generate(
         tokens[:, i_step] = new
         if token_logp is not None:
             token_logp[:, i_step] = torch.log_softmax(logits, dim=-1).gather(1, new[:, None])[:, 0]
-        finished = live & (new == eos_token_id)
+        finished = live & ends_answer(new, eos_token_id)
         if stop is not None:
             finished |= live & stop.step(stop_state, new)
         lengths = torch.where(finished, i_step + 1, lengths)

@@ -21,7 +21,7 @@ from ragen_lib import attention, engine
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import make
 from ragen_lib.envs.base import TextEnv
-from ragen_lib.generation import KeptKV, generate, stop_on_text
+from ragen_lib.generation import KeptKV, end_token_ids, generate, stop_on_text
 from ragen_lib.prompting import (
     PREFILL,
     SYSTEM_PROMPT,
@@ -323,7 +323,9 @@ def collect(
     # does not end the turn there (RAGEN generates to EOS; its regex skips such a quote).
     armed_by = "</think>" if cfg.enable_think else None
     stop = stop_on_text(tokenizer, ("</answer>",), armed_by) if cfg.stop_at_answer else None
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    # Any end id ends an answer (Qwen: <|endoftext|> too); only the template's own closes the turn
+    # in the text (`_user_turn_suffix` appends it after another).
+    eos, ends, pad = tokenizer.eos_token_id, end_token_ids(model, tokenizer), tokenizer.pad_token_id
     max_new = episodes[0].max_new_tokens  # one env per batch
     # Each episode's KV cache lives from turn to turn: a turn prefills only the env's reply.
     kept = KeptKV() if cfg.keep_kv else None
@@ -334,7 +336,7 @@ def collect(
         tracks[i].extend(gen, generated=True, logp=logp)
         text = tokenizer.decode(gen, skip_special_tokens=True)
         # Out of budget: every token used, no end of turn, and the answer not closed either.
-        cut = len(gen) >= max_new and gen[-1] != eos and not text.rstrip().endswith("</answer>")
+        cut = len(gen) >= max_new and gen[-1] not in ends and not text.rstrip().endswith("</answer>")
         if episodes[i].step(text, cut=cut) is None:
             return False
         suffix = _user_turn_suffix(tokenizer, episodes[i].messages, bool(gen) and gen[-1] == eos)
@@ -356,7 +358,7 @@ def collect(
         if cfg.batching == "continuous":
             first = [i for i in range(len(episodes)) if not episodes[i].done]
             engine.play(
-                model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=eos, pad=pad,
+                model, tracks, first, max_new, end_turn, temperature=cfg.temperature, eos=ends, pad=pad,
                 stop=stop, generator=generator, group_size=group_size, static=cfg.kv_cache == "static",
             )  # fmt: skip
         else:
@@ -371,7 +373,7 @@ def collect(
                     prompts,
                     max_new_tokens=max_new,
                     temperature=cfg.temperature,
-                    eos_token_id=eos,
+                    eos_token_id=ends,
                     pad_token_id=pad,
                     stop=stop,
                     generator=generator,

@@ -28,7 +28,7 @@ import torch
 from ragen_lib import seeds
 from ragen_lib.config import Config
 from ragen_lib.envs import make
-from ragen_lib.generation import generate, stop_on_text
+from ragen_lib.generation import end_token_ids, generate, stop_on_text
 from ragen_lib.metrics import reasoning_stats
 from ragen_lib.models import forward_logp
 from ragen_lib.progress import tqdm
@@ -206,7 +206,7 @@ def own_reasoning(
         prompts,
         max_new_tokens=max(rooms),
         temperature=r.temperature,
-        eos_token_id=tok.eos_token_id,
+        eos_token_id=end_token_ids(policy, tok),
         pad_token_id=tok.pad_token_id,
         stop=stop_on_text(tok, THINK_STOPS),
         generator=generator,

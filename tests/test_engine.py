@@ -319,3 +319,24 @@ def test_the_engine_records_no_autograd_graph(tiny, monkeypatch, kv_cache):
     assert torch.is_grad_enabled()
     _collect(tiny, batching="continuous", kv_cache=kv_cache, temperature=1.0)
     assert len(grad) > 10 and not any(grad)
+
+
+@pytest.mark.parametrize("batching", ["turn", "continuous"])
+def test_an_answer_ends_at_any_end_id_the_models_generation_config_lists(tiny, batching, monkeypatch):
+    """Qwen2.5-Instruct's generation config lists <|im_end|> and <|endoftext|>, and RAGEN's vLLM
+    rollouts stop at both; we stopped at the tokenizer's <|im_end|> alone, so a reply ended by
+    <|endoftext|> ran on to the token budget and what followed was parsed and trained. Here the
+    third token of row 0's first greedy answer is made a second end id: the answer ends there
+    (kept, as <|im_end|> is), and the template's <|im_end|> closes the turn after it."""
+    model, tok = tiny
+    kw = dict(temperature=0.0, stop_at_answer=False, batching=batching)
+    base = _collect(tiny, **kw)
+    first = base.input_ids[0][base.loss_mask[0].bool()].tolist()[: _turn_lengths(base)[0][0]]
+    assert len(first) > 3 and tok.eos_token_id not in first[:3]
+    end = first[2]
+    monkeypatch.setattr(model.generation_config, "eos_token_id", [tok.eos_token_id, end])
+    assert generation.end_token_ids(model, tok) == (tok.eos_token_id, end)
+    got = _collect(tiny, **kw)
+    assert _turn_lengths(got)[0][0] == first.index(end) + 1 and got.num_turns[0] >= 2  # it went on
+    after = got.loss_mask[0].tolist().index(1.0) + first.index(end) + 1  # the first token past it
+    assert got.loss_mask[0, after] == 0 and got.input_ids[0, after] == tok.eos_token_id
