@@ -334,10 +334,10 @@ SCORES = ("late", "auc", "peak", "median", "max", "total", "slope", "collapse", 
 class Claim:
     """One sub-claim, written before the data: arm a beats arm b (direction +1) on `metric`.
 
-    score: "late" (mean over the last third of the logged points), "auc" (mean over every logged
-    point: the area under the curve per step where the points are evenly spaced, as validation
-    every val_every steps is; of two arms that end level, the one that rose earlier scores higher:
-    "converges faster"), "peak", "median" (median over
+    score: "late" (mean over the last third of the logged points), "auc" (the area under the
+    curve over updates, per update: trapezoids between the points at the updates they measured,
+    so arms validated on different schedules score one curve alike; of two arms that end level,
+    the one that rose earlier scores higher: "converges faster"), "peak", "median" (median over
     steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: wall time),
     "slope" (least-squares slope per step), "collapse" (the step of `collapse`, censored at the
     horizon; metric is the training success) or "lead" (collapse step − the step `indicator` first
@@ -484,6 +484,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         v = part.set_index("step")[claim.metric].dropna() if claim.metric in part else pd.Series(dtype=float)
         horizon = _horizon(part)
         points, censored, least, peak = np.array([]), False, float("nan"), float("nan")
+        weights = None  # the points' weights in the score (None: equal)
         why = ""  # why the score is NaN (set below where the metric alone does not say)
         if claim.score in ("collapse", "lead") and v.empty:
             # No success at all: whether the run learned, and so whether "no collapse" means steady,
@@ -517,8 +518,8 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
             points = v.iloc[-max(1, round(len(v) / 3)) :].to_numpy(float)
             score = float(points.mean())
         elif claim.score == "auc":
-            points = v.to_numpy(float)
-            score = float(points.mean())
+            points, weights = v.to_numpy(float), _update_weights(v, part, horizon, claim.metric)
+            score = float(np.average(points, weights=weights))
         elif claim.score == "peak":
             score = float(v.max())
         elif claim.score == "median":
@@ -544,10 +545,27 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
                 "horizon": horizon,
                 "peak": float(peak) if peak > -math.inf else float("nan"),
                 "why": why,
+                "weights": weights,
             }
         )
-    columns = ["seed", "score", "points", "n", "censored", "least", "horizon", "peak", "why"]
+    columns = ["seed", "score", "points", "n", "censored", "least", "horizon", "peak", "why", "weights"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _update_weights(v: pd.Series, run: pd.DataFrame, horizon: int, metric: str) -> np.ndarray:
+    """Trapezoid weights of the points of `v` (indexed by step) over the updates they measured: a
+    validation at step s measures the policy after s updates, the last logged step's the final
+    policy, after all `horizon` (it is validated after the last update). A plain mean of the points
+    favoured the arm validated more often (online-1 every 5 updates, online-10 every 10 with a
+    20-update gap before the final one): one curve, laid on both schedules, scored 0.37 and 0.36."""
+    x = v.index.to_numpy(float)
+    k = int(run["cfg.train.online_k"].fillna(1).iloc[0]) if "cfg.train.online_k" in run else 1
+    if metric.startswith("val/") and len(x) and x[-1] == (horizon - 1) // k * k:
+        x[-1] = horizon
+    if len(x) < 2 or x[-1] == x[0]:
+        return np.ones(len(x))
+    gaps = np.diff(x)
+    return np.r_[gaps, 0.0] / 2 + np.r_[0.0, gaps] / 2
 
 
 def _is_rate(claim: Claim) -> bool:
@@ -569,7 +587,8 @@ def bootstrap_ci(
             r = rows.iloc[i]
             if rate and len(r["points"]):
                 p = np.clip(r["points"], 0.0, 1.0)
-                vals.append(float((rng.binomial(int(r["n"]), p) / int(r["n"])).mean()))
+                drawn = rng.binomial(int(r["n"]), p) / int(r["n"])
+                vals.append(float(np.average(drawn, weights=r["weights"])))  # None: equal weights
             else:
                 vals.append(float(r["score"]))
         return float(np.mean(vals))

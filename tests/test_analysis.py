@@ -991,9 +991,10 @@ def test_the_late_score_is_the_mean_of_the_last_third_of_the_logged_points():
 
 def test_the_auc_score_tells_the_arm_that_rose_earlier_where_the_late_score_sees_a_tie():
     """05's Fig. 10 claim is that online-1 "converges fastest": two arms that end level differ in
-    when they rose, which the late score (the last third) cannot see and the mean over every logged
-    point can. Arm a rises from 0.1 to 0.7 at step 5, arm b at step 20, of 30: a's mean is
-    (5·0.1 + 25·0.7) / 30 = 0.6, b's (20·0.1 + 10·0.7) / 30 = 0.3."""
+    when they rose, which the late score (the last third) cannot see and the area under the curve
+    can. Arm a rises from 0.1 to 0.7 at step 5, arm b at step 20, of 30 (the last step's validation
+    is the final policy's, after update 30): a's area over the updates, per update, is
+    (0.1·4 + 0.4 + 0.7·25) / 30 = 0.61, b's (0.1·19 + 0.4 + 0.7·10) / 30 = 0.31."""
     auc = analysis.Claim("auc", "a converges faster", "val/success", mde=0.1, score="auc")
     df = runs_df(
         {
@@ -1002,7 +1003,7 @@ def test_the_auc_score_tells_the_arm_that_rose_earlier_where_the_late_score_sees
         }
     )
     scores = analysis.seed_scores(df[df["arm"] == "b"], auc)
-    assert scores["score"].tolist() == pytest.approx([0.3 + 0.01 * k for k in range(5)])
+    assert scores["score"].tolist() == pytest.approx([0.31 + 0.01 * k for k in range(5)])
     assert all(len(p) == 30 for p in scores["points"])  # every point's episodes are redrawn
     row = analysis.judge(df, auc, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.3)
@@ -1016,6 +1017,35 @@ def test_the_auc_score_tells_the_arm_that_rose_earlier_where_the_late_score_sees
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("unequal horizons")
     with pytest.raises(ValueError, match="unknown score 'area'.*late \\| auc"):
         analysis.Claim("x", "a beats b", "val/success", mde=0.1, score="area")
+
+
+def test_the_auc_score_weighs_each_point_by_the_updates_it_stands_for():
+    """online-1 validates every 5 updates and the final policy; online-10 at 0 and 10, then the
+    final policy after update 30: a plain mean of the points scored one linear curve 0.37 against
+    0.36 (a bias toward the claim, REPRODUCED at 5 seeds). As trapezoids over the updates each point
+    measured (the last logged step's validation is the final policy, after all 30), both score
+    the curve's mean, (0.1 + 0.6) / 2 = 0.35."""
+    auc = analysis.Claim("auc", "a converges faster", "val/success", mde=0.1, score="auc")
+
+    def curve(updates):
+        return 0.1 + 0.5 * updates / 30
+
+    def arm(name, k):
+        logged = range(0, 30, k)
+        df = runs_df({name: 0.0}, **{"cfg.train.online_k": k, "cfg.train.steps": 30})
+        df = df[df["step"].isin(logged)].copy()
+        val = [curve(30) if s == logged[-1] else curve(s) if s % 5 == 0 else None for s in df["step"]]
+        return df.assign(**{"val/success": val})
+
+    df = pd.concat([arm("a", 1), arm("b", 10)])
+    for name, points in (("a", 7), ("b", 3)):
+        scores = analysis.seed_scores(df[df["arm"] == name], auc)
+        assert scores["score"].tolist() == pytest.approx([0.35] * 5)
+        assert all(len(p) == points for p in scores["points"])
+    row = analysis.judge(df, auc, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.effect == pytest.approx(0.0) and row.status != analysis.REPRODUCED
+    # the late score keeps equal weights (no weights recorded)
+    assert analysis.seed_scores(df[df["arm"] == "a"], LATE)["weights"].isna().all()
 
 
 def test_a_null_effect_whose_ci_stops_short_of_the_mde_is_not_reproduced():
