@@ -51,7 +51,6 @@ def _demo(args) -> int:
 
 
 def _run(args) -> int:
-
     from ragen_lib import experiments, models, runs, trainer
 
     cfg = _load_config(args.config, args.set)
@@ -81,7 +80,6 @@ def _run(args) -> int:
 
 
 def _bench(args) -> int:
-
     import torch
 
     from ragen_lib import bench
@@ -235,7 +233,6 @@ def _zeroshot(args) -> int:
 def _plot(args) -> int:
     """Curves of every run under OUT_ROOT/runs/<finding>/ (format-valid rate always included), and a
     per-run summary: first and last step, and the mean of the first and last thirds."""
-
     from ragen_lib import plots, runs
 
     if args.png:  # before loading and drawing: matplotlib refuses an unknown suffix only at the end
@@ -332,7 +329,6 @@ def _plan(args) -> int:
 
 def _unwritable(root) -> str | None:
     """Why folder `root` cannot be created or written (None: it can), without creating it."""
-
     path = Path(root).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -591,7 +587,6 @@ def main(argv: list[str] | None = None) -> int:
 def _given_root(e: OSError, args) -> str | None:
     """Which folder the user gave (--out, `plot`'s run store or --png, RAGEN_OUTPUTS, RAGEN_CACHE)
     the failed path lies in."""
-
     out, root, png = (getattr(args, k, None) for k in ("out", "root", "png"))
     failed = Path(os.fsdecode(e.filename)).absolute() if e.filename else None
     if png and failed and Path(png).absolute().is_relative_to(failed):  # the file, or a folder above it

@@ -473,11 +473,12 @@ def _rollout_updates(df: pd.DataFrame) -> pd.Series | int:
 
 
 def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
-    """One row per seed of `df` (one arm): seed, score, the late points it averaged (for the
-    bootstrap), episodes per point, whether the run was censored (collapse scores: the score is
-    then the horizon, and `least` the earliest step it can still collapse at; else `least` = score),
-    and for collapse scores `peak`, the run's best success: the peak of its 5-step training average
-    (full windows) or of its validation success, whichever is higher (NaN for other scores)."""
+    """One row per seed of `df` (one arm): seed, score, the points it averaged (late, auc: for the
+    bootstrap) and their `weights` (auc; None: equal), episodes per point, whether the run was
+    censored (collapse scores: the score is then the horizon, and `least` the earliest step it can
+    still collapse at; else `least` = score), and for collapse scores `peak`, the run's best
+    success: the peak of its 5-step training average (full windows) or of its validation success,
+    whichever is higher (NaN for other scores)."""
     rows = []
     for seed, part in df.groupby("cfg.train.seed", sort=True):
         part = part.sort_values("step")

@@ -445,7 +445,7 @@ class TrainConfig:
     """Seeds initial states, sampling and the filter; a resumed run replays the same numbers."""
     val_every: int = 10
     """Validate every k updates (and the final policy); 0 disables. With online_k, at the first
-    logged step at or past each multiple (`crosses`): every lcm(k, online_k) updates, before."""
+    logged step at or past each multiple (`crosses`)."""
     val_size: int = 256
     """Fixed validation initial states (RAGEN: 256)."""
     val_temperature: float = 0.5
@@ -530,8 +530,8 @@ class TrainConfig:
 
     def rollout_updates(self, step: int) -> int:
         """The updates the rollout of logged step `step` feeds: online_k, or the ones left before
-        `steps` (3 steps at online_k 2: 2, then 1). It played the online_k multiple of the last
-        rollout before, so online-10 in a 3-step run trained 10 updates' worth."""
+        `steps` (3 steps at online_k 2: 2, then 1). Until 2026-11-28 the last rollout fed
+        online_k whatever was left, so online-10 in a 3-step run trained 10 updates' worth."""
         return min(self.online_k, self.steps - step)
 
     @staticmethod
