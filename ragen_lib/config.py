@@ -534,6 +534,11 @@ class TrainConfig:
         online_k whatever was left, so online-10 in a 3-step run trained 10 updates' worth."""
         return min(self.online_k, self.steps - step)
 
+    def due(self, step: int, every: int) -> bool:
+        """Whether logged step `step` validates or writes samples: its rollout's updates since the
+        previous logged step passed a multiple of `every` (step 0 always, unless every is 0)."""
+        return self.crosses(step - self.online_k, step, every)
+
     @staticmethod
     def crosses(before: int, after: int, every: int) -> bool:
         """Whether the updates from `before` to `after` reach a multiple of `every` (0: never): a

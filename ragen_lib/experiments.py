@@ -873,7 +873,7 @@ def checkpoint_bytes(cfg: config.Config) -> int:
 def finished_bytes(cfg: config.Config) -> int:
     """What a finished run leaves: metrics, samples, and the final weights with keep_final_weights."""
     t = cfg.train
-    written = sum(t.crosses(s - t.online_k, s, t.samples_every) for s in t.logged_steps)  # as trainer
+    written = sum(t.due(s, t.samples_every) for s in t.logged_steps)  # as trainer writes them
     logged = written * t.samples_per_step
     turns, new_tokens = _env_budget(cfg)
     samples = logged * turns * (SAMPLE_BYTES_PER_TURN + 4 * new_tokens)

@@ -599,14 +599,18 @@ class Run:
             )
         if final_weights is not None:
             save_state(self.path / FINAL_WEIGHTS, {**self._identity(self.steps - 1), **final_weights})
-        info = {
+        _atomic_write(self.path / DONE, json.dumps(self._done_record(summary or {})))
+        shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
+
+    def _done_record(self, summary: dict) -> dict:
+        """What DONE holds: the steps, the config and its hash (what `problems` checks), then
+        `summary` (mark_done's final row, commit and device; repair's rebuild has only the row)."""
+        return {
             "steps": self.steps,
             "config_hash": self.config_hash,
             "config": self.cfg.to_dict() if self.cfg is not None else self.saved_config(),
-            **_plain(summary or {}),
+            **_plain(summary),
         }
-        _atomic_write(self.path / DONE, json.dumps(info))
-        shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
 
     def drop_stale_checkpoint(self) -> int:
         """Remove the ckpt/ of a finished run and return the bytes freed (0: there was none). A
@@ -1001,14 +1005,8 @@ class Run:
         if tail or [r["step"] for r in rows] != self.schedule:
             return []
         box = self._quarantine([file], copy=True)
-        info = {
-            "steps": self.steps,
-            "config_hash": self.config_hash,
-            "config": self.saved_config(),
-            "final": rows[-1],
-            "rebuilt_by_repair": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
-        _atomic_write(file, json.dumps(info))
+        rebuilt = {"final": rows[-1], "rebuilt_by_repair": time.strftime("%Y-%m-%d %H:%M:%S")}
+        _atomic_write(file, json.dumps(self._done_record(rebuilt)))
         return [
             f"{file} did not read and the metrics hold every step: rebuilt from them and config.yaml "
             f"(the commit and device it trained on are not recorded; the old file is kept in {box})"

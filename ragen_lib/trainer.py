@@ -89,7 +89,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # ---- validation, RAGEN's schedule: the policy after `step` updates (the one that plays this
         # step's rollout; at step 0 the policy before any update, RAGEN's val_before_train), every
         # val_every updates; the final policy is validated at the end of the last step instead ----
-        if t.crosses(step - t.online_k, step, t.val_every) and step != last:
+        if t.due(step, t.val_every) and step != last:
             m.update(_validation(policy, tok, cfg, ranks))
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
@@ -247,7 +247,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         # ---- store: metrics, samples, checkpoint ----
         if run is not None:
             run.log(step, m)
-            if t.crosses(step - t.online_k, step, t.samples_every):
+            if t.due(step, t.samples_every):
                 run.log_samples(
                     step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))]
                 )

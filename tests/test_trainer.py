@@ -557,6 +557,7 @@ def test_the_cadences_count_updates_and_the_last_rollout_feeds_only_the_updates_
     t = config.TrainConfig(steps=7, online_k=2)
     assert [t.rollout_updates(s) for s in t.logged_steps] == [2, 2, 2, 1]
     assert [s for s in t.logged_steps if t.crosses(s - 2, s, 3)] == [0, 4, 6]
+    assert [s for s in t.logged_steps if t.due(s, 3)] == [0, 4, 6]  # what the trainer asks
     assert [s for s in range(7) if config.TrainConfig.crosses(s - 1, s, 3)] == [0, 3, 6]  # online-1
     assert not any(config.TrainConfig.crosses(s - 1, s, 0) for s in range(7))  # 0: never
 
