@@ -58,14 +58,12 @@ def _run(args) -> int:
     if not (path / runs.DONE).exists():  # before the run folder is made; a finished run needs no model
         models.check(cfg.model.name, cfg.model.device)
     if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
-        if (path / runs.DONE).exists():  # rank 0 reuses it and exits: training would wait for it (2 h)
+        if runs.rank0_stops_at(path, cfg):  # it exits: training would wait for rank 0 (2 h)
             return 0
         trainer.train(cfg, None, progress=not args.quiet)
         return 0
     with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
-        if run.done:
-            run.check_done()
-            experiments.drop_stale_checkpoint(run)  # a crash after DONE left it, as in a grid
+        if run.done and experiments.reuse_finished(run):  # as a grid does
             print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
             return 0
         step = run.resume()[0]  # checked before the model loads; train() takes the state from the run

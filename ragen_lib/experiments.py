@@ -479,9 +479,13 @@ def run_grid(
             continue
         try:
             runs.Run(path).check_done()
+            why = runs.Run(path, cfg).outdated()
         except (runs.CorruptRunError, OSError, ValueError) as e:
             print(f"not reused: {e}")
             failures.append((path, e))
+            continue
+        if why:  # retired where it trains, under its lock (`reuse_finished`)
+            todo.append((cfg, path))
             continue
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
@@ -517,6 +521,20 @@ def run_grid(
             "above names any repair a run needs)."
         ) from failures[0][1]
     return paths
+
+
+def reuse_finished(run: runs.Run) -> bool:
+    """Whether the finished `run` (held locked) stands as it is; CorruptRunError when its files
+    disagree with its DONE. One trained by older code that would train its config differently today
+    (`revisions`) has its files moved to quarantine/ and returns False: it trains again."""
+    run.check_done()
+    why = run.outdated()
+    if why:
+        box = run.retire()
+        print(f"not reused: {run.path.name} was {why}. It trains again (its old files are in {box})")
+        return False
+    drop_stale_checkpoint(run)
+    return True
 
 
 def drop_stale_checkpoint(run: runs.Run) -> None:
@@ -808,9 +826,7 @@ def _train_one(train_fn, cfg: config.Config, path: str) -> None:
     traceback is printed here, where it happens: a worker hands the grid only the exception."""
     try:
         with runs.Run(Path(path), cfg) as run:
-            if run.done:  # finished by another process since the grid looked
-                run.check_done()
-                drop_stale_checkpoint(run)
+            if run.done and reuse_finished(run):  # finished by another process since the grid looked
                 return
             train_fn(cfg, run)
     except Exception:

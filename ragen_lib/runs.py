@@ -49,7 +49,7 @@ from pathlib import Path
 
 import yaml
 
-from ragen_lib import config
+from ragen_lib import config, revisions
 from ragen_lib.config import Config
 
 DONE = "DONE"
@@ -584,6 +584,31 @@ class Run:
                 f"`{repair_command(self.path)}` moves its files aside (nothing is deleted) so it trains again"
             )
 
+    def outdated(self) -> str | None:
+        """Why this finished run is not reused although its config is the same: the changes to
+        training since the revision its DONE records that touch its config (`revisions`), in a
+        sentence. None: it stands (or DONE does not read, which `problems` reports)."""
+        info = self.done_info()
+        return None if info is None else self._outdated(info.get("training_revision"))
+
+    def _outdated(self, revision: int | None) -> str | None:
+        try:
+            cfg = self.cfg or config.from_dict(self.saved_config())
+        except (ValueError, TypeError, CorruptRunError):  # problems and load name what is wrong
+            return None
+        changes = revisions.since(revision, cfg)
+        return revisions.describe(revision, changes) if changes else None
+
+    def retire(self) -> Path:
+        """Move what a training left (DONE, metrics, samples, final weights, checkpoints) to
+        quarantine/<time>/ so that the run trains again from step 0 (an outdated run: nothing is
+        deleted, and the old curves can still be compared by hand). Returns that folder."""
+        self._writer()
+        names = (DONE, "metrics.jsonl", "samples.jsonl", FINAL_WEIGHTS, CKPT, REUSED_FROM)
+        box = self._quarantine([self.path / n for n in names])
+        self._last_step = None
+        return box
+
     def mark_done(self, summary: dict | None = None, final_weights: dict | None = None) -> None:
         """Finish the run: check that the metrics hold exactly the steps 0..N-1, write the final
         weights if given, then DONE, then drop the checkpoints (a finished run is never resumed)."""
@@ -599,12 +624,14 @@ class Run:
             )
         if final_weights is not None:
             save_state(self.path / FINAL_WEIGHTS, {**self._identity(self.steps - 1), **final_weights})
-        _atomic_write(self.path / DONE, json.dumps(self._done_record(summary or {})))
+        record = self._done_record({"training_revision": revisions.REVISION, **(summary or {})})
+        _atomic_write(self.path / DONE, json.dumps(record))
         shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
 
     def _done_record(self, summary: dict) -> dict:
         """What DONE holds: the steps, the config and its hash (what `problems` checks), then
-        `summary` (mark_done's final row, commit and device; repair's rebuild has only the row)."""
+        `summary` (mark_done's training revision, final row, commit and device; repair's rebuild has
+        only the row, and an unrecorded revision counts as 0: `outdated`)."""
         return {
             "steps": self.steps,
             "config_hash": self.config_hash,
@@ -715,7 +742,13 @@ class Run:
     # --- checkpoints -------------------------------------------------------------------------
     def _identity(self, step: int) -> dict:
         cfg = self.cfg.to_dict() if self.cfg is not None else self.saved_config()
-        return {"format": CHECKPOINT_FORMAT, "step": step, "config_hash": self.config_hash, "config": cfg}
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "step": step,
+            "config_hash": self.config_hash,
+            "config": cfg,
+            "training_revision": revisions.REVISION,
+        }
 
     def save_checkpoint(self, step: int, state: dict) -> Path:
         """Write the newest checkpoint (with the step, the config hash and a copy of the metrics up
@@ -780,6 +813,16 @@ class Run:
         if self.done:
             raise ValueError(f"{self.path} is finished (DONE): nothing to resume")
         step, state = self.load_checkpoint()
+        why = None if state is None else self._outdated(state.get("training_revision"))
+        if why:  # resumed, the run would be half one code's training and half another's
+            moved = self.retire()
+            warnings.warn(
+                f"{self.path}'s checkpoint at step {step} was {why}: training restarts at step 0 "
+                f"(the old checkpoint, metrics and samples are kept in {moved})",
+                RunStoreWarning,
+                stacklevel=2,
+            )
+            step, state = None, None
         for extra in sorted((self.path / CKPT).glob("step_*.pt"))[:-1]:
             extra.unlink()  # the newest checks out: a crash came between writing it and removing these
         keep = -1 if step is None else step
@@ -1094,6 +1137,13 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
                 RunStoreWarning,
                 stacklevel=2,
             )
+        elif run.done and (why := run.outdated()):
+            problems = [why]
+            warnings.warn(
+                f"{path} was {why}: reported as unfinished (the grid trains it again)",
+                RunStoreWarning,
+                stacklevel=2,
+            )
         done = run.done and not problems
         if not include_running and not done:
             continue
@@ -1129,10 +1179,22 @@ def finished_elsewhere(root, finding: str, name: str) -> Path | None:
             continue
         try:
             Run(other).check_done()
+            if Run(other).outdated():
+                continue  # trained by older code: its own finding's grid retrains it
         except (CorruptRunError, OSError, ValueError):
             continue  # its own finding's grid names the problem; this one trains its own copy
         return other
     return None
+
+
+def rank0_stops_at(path: Path, cfg: Config) -> bool:
+    """For a data-parallel rank other than 0, which never opens the run: whether rank 0 stops at the
+    run folder `path` without training (its DONE stands, or does not read) rather than training it
+    (no DONE, or one trained by older code: `Run.outdated`)."""
+    info = read_done(path)  # read before looking for the file: rank 0 may be retiring it now
+    if info is None:
+        return (path / DONE).exists()
+    return not revisions.since(info.get("training_revision"), cfg)
 
 
 def adopt(src: Path, dest: Path) -> bool:
