@@ -111,7 +111,7 @@ df = experiments.run_finding("01_instability", profile, seeds=seeds, overrides=o
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 
 # %%
-panels = ["rollout/success", "val/success", "reward/std", "policy/grad_norm"]
+panels = ["rollout/success", "val/success", "reward/std", "policy/entropy", "policy/grad_norm"]
 fig = plots.curves(
     df[df["study"] == "paper-mask"],
     panels,

@@ -103,9 +103,10 @@ table = analysis.early_late_reasoning(samples)
 display(table)
 
 # %%
-fig = plots.curves(
+fig = plots.curves(  # rollout/success: the curve the lead and collapse rows are scored on
     df,
     [
+        "rollout/success",
         analysis.success_metric(df),
         "reward/group_std",
         "policy/entropy",
@@ -113,7 +114,8 @@ fig = plots.curves(
         "reasoning/distinct2",
         "reasoning/mi",
     ],
-    hue="run",
+    hue="cfg.algo.name",
+    col="cfg.env.name",  # one env a panel: its chance and expert lines
     title="Fig. 6: early warnings of the Echo Trap",
 )
 figures = [plots.save(fig, profile, f"{finding}_indicators")]

@@ -172,8 +172,10 @@ for study in ("pxn", "actions", "online"):
             tables[study] = tables[study].merge(analysis.late_table(part, col, "variant"), on="variant")
     display(tables[study])
 figures = []
+episodes = df["cfg.train.groups"] * df["cfg.train.group_size"]
+pxn_episodes = plots.span(episodes[df["study"] == "pxn"])  # the profile's P×N products, not the paper's 128
 for study, title in (
-    ("pxn", "Table 2: P×N at 128 episodes"),
+    ("pxn", f"Table 2: P×N at {pxn_episodes} episodes a step"),
     ("actions", "Table 3: actions per turn"),
     ("online", "Fig. 10: freshness (online-k)"),
 ):

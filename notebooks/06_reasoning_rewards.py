@@ -148,7 +148,7 @@ held_out = pd.concat(
     [
         plots.per_seed(df[df["cfg.env.name"] == env], f"val/success/{shifted}", ["variant"])
         .rename(columns={f"val/success/{shifted}": "success"})
-        .assign(shift=f"{env}→{shifted}", think=lambda t: t["variant"].str.endswith(" think"))
+        .assign(shift=f"{env} → {shifted}", think=lambda t: t["variant"].str.endswith(" think"))
         for env, shifted in SHIFTS.items()
         if f"val/success/{shifted}" in df
     ]

@@ -161,9 +161,12 @@ fig = plots.curves(
     col="cfg.env.name",
     title="A*-PO vs StarPO",
 )
-# the runs' model and warm-up ride along, so the bars' title names them (plots.RUN_FACTS)
-keys = ["cfg.env.name", "variant", "cfg.train.seed", *[c for c in plots.RUN_FACTS if c in df]]
+# the runs' model, warm-up, steps and validation ride along, so the bars' title names them
+# (plots.RUN_FACTS), and whether each finished (an unfinished run's total is a partial sum)
+keys = ["cfg.env.name", "variant", "cfg.train.seed", "done", *[c for c in plots.RUN_FACTS if c in df]]
 totals = df.groupby(keys, as_index=False, dropna=False)["time/train_total"].sum()
+# pilot arms train fewer steps than the judged ones: each bar names its own
+totals["variant"] += " (" + totals["cfg.train.steps"].astype(int).astype(str) + " steps)"
 cost = plots.bars(
     totals.assign(profile=profile),
     "cfg.env.name",

@@ -152,6 +152,14 @@ METRICS: dict[str, Metric] = {
     "time/update": Metric("update s", "seconds of the mini-batch updates"),
     "time/step": Metric("step s", "seconds of the whole step, validation included"),
     "time/v_star": Metric("V* s", "A*-PO stage 1 seconds", "A*-PO: step 0 and each V* refresh"),
+    "time/train_step": Metric(
+        "train s / step",
+        "time/rollout + time/forward + time/update: no validation, no V*",
+        "07's figures (derived)",
+    ),
+    "time/train_total": Metric(
+        "train s", "time/train_step + time/v_star (A*-PO's stage 1 and refreshes)", "07's figures (derived)"
+    ),
     "throughput/gen_tokens_per_s": Metric("generated tokens/s", "generated tokens / rollout seconds"),
     "throughput/train_tokens_per_s": Metric(
         "trained tokens/s", "tokens forwarded with gradients / update seconds"

@@ -5,9 +5,11 @@ legend for the figure, in natural (numeric) order; success and format-valid axes
 sparse series (validation) drawn with markers; axis labels from `metrics.label`; the env's chance
 (random play) and best-possible (expert) success as reference lines, each arm's own as the verdicts
 take them; every seed drawn thin and the mean over seeds bold where every seed has a value (a line
-breaks at a logged step where it has none, never bridges it), with the seed count (and any
-unfinished run) in the title; a format-valid rate beside every success, curve or bar; error bars
-(95% CI over seeds) on every bar; no offset notation on any axis.
+breaks at a logged step where it has none, never bridges it), each arm's mean in its own dash as
+well as colour (two equal curves stay visible); the seeds (per panel column where they differ),
+steps, validation states and any unfinished run in the title; a format-valid rate beside every
+success, curve or bar; error bars (95% Student t CI over seeds, as the verdicts' intervals) on
+every bar; no offset notation on any axis.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ NO_REFERENCES = "several envs: no chance / expert lines"
 WARMUP = "cfg.train.warmup"
 FORMAT = "format_valid"
 """`per_seed`'s column for the format-valid rate of the episodes a success score averaged."""
-RUN_FACTS = ("cfg.model.name", WARMUP, "profile")
+STEPS, VAL_SIZE = "cfg.train.steps", "cfg.train.val_size"
+RUN_FACTS = ("cfg.model.name", WARMUP, "profile", STEPS, VAL_SIZE)
 """Columns of a run that every figure's title or stamp reads; `per_seed` carries them over."""
 
 
@@ -50,6 +53,11 @@ def axis_name(column: str) -> str:
 
 def order(values) -> list:
     return sorted(pd.Series(values).dropna().unique(), key=natural_key)
+
+
+DASHES = ["-", (0, (6, 2)), (0, (1.5, 1.5)), (0, (6, 2, 1.5, 2))]
+"""The mean line of the i-th arm: its dash as well as its colour, so an arm whose curve equals
+another's is seen under it (04's PPO under StarPO-S, 07's adaptive under refresh)."""
 
 
 def palette(hue_order: list) -> dict:
@@ -92,8 +100,8 @@ def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict
     shared = len(set(refs.values())) == 1
     for h, (floor, ceiling) in [(None, next(iter(refs.values())))] if shared else refs.items():
         colour = ("0.45", "0.2") if shared else (colours[h], colours[h])
-        ax.axhline(floor, color=colour[0], ls="--", lw=1, zorder=1)
-        ax.axhline(ceiling, color=colour[1], ls=":", lw=1.2, zorder=1)
+        ax.axhline(floor, color=colour[0], ls="--", lw=1, zorder=1, gid="chance")
+        ax.axhline(ceiling, color=colour[1], ls=":", lw=1.2, zorder=1, gid="expert")
     return True
 
 
@@ -112,12 +120,37 @@ def _plain(ax) -> None:
             pass
 
 
-def seeds_text(df: pd.DataFrame, hue: str) -> str:
+def span(values) -> str:
+    """'4' or '1–4' of whole numbers (a `per_seed` fact joins a bar's values with ', ')."""
+    nums = sorted({int(float(x)) for v in values for x in str(v).split(", ") if x not in ("", "nan")})
+    return "" if not nums else f"{nums[0]}" if nums[0] == nums[-1] else f"{nums[0]}–{nums[-1]}"
+
+
+def seeds_text(df: pd.DataFrame, hue: str, col: str | None = None) -> str:
+    """'4 seeds per line', or per panel column where they differ ('seeds per line: bandit 4,
+    frozenlake 1'): pooled, 01's one-seed FrozenLake pilot read as a 4-seed mean."""
     if SEED not in df:
         return "seeds: unknown"
-    n = df.groupby(hue)[SEED].nunique() if hue in df else pd.Series([df[SEED].nunique()])
+    keys = [k for k in (col, hue) if k and k in df]
+    n = df.groupby(keys)[SEED].nunique() if keys else pd.Series([df[SEED].nunique()])
     lo, hi = int(n.min()), int(n.max())
-    return f"{lo} seed{'s' if hi > 1 else ''} per line" if lo == hi else f"{lo}–{hi} seeds per line"
+    if lo == hi:
+        return f"{lo} seed{'s' if hi > 1 else ''} per line"
+    if col and col in df:
+        per = n.groupby(level=0).agg(lambda x: span(x.tolist()))
+        return "seeds per line: " + ", ".join(f"{c} {per[c]}" for c in order(per.index))
+    return f"{lo}–{hi} seeds per line"
+
+
+def design_text(df: pd.DataFrame, *, steps: bool = True) -> str:
+    """'; 150 steps, validation 128 states' from the runs' configs ('30–150' where they differ;
+    '' where the frame does not say): a pilot beside a judged run is told apart."""
+    parts = []
+    if steps and STEPS in df and (n := span(df[STEPS].dropna())):
+        parts.append(f"{n} steps")
+    if VAL_SIZE in df and (n := span(df[VAL_SIZE].dropna())):
+        parts.append(f"validation {n} states")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def with_format_rates(metrics: list[str], df: pd.DataFrame) -> list[str]:
@@ -148,8 +181,8 @@ def curves(
     cols = order(df[col]) if col else [None]
     drew_references = False  # the legend names the reference lines only where a panel has them
     fig, axes = plt.subplots(
-        len(metrics), len(cols), figsize=(4.2 * len(cols), 2.6 * len(metrics)), squeeze=False, sharex=True
-    )
+        len(metrics), len(cols), figsize=(4.2 * len(cols), 2.6 * len(metrics)), squeeze=False, sharex="col"
+    )  # per column: Bandit's 150 steps squeezed FrozenLake's 30 into a fifth of its panel
     for j, c in enumerate(cols):
         part = df if c is None else df[df[col] == c]
         for i, m in enumerate(metrics):
@@ -160,7 +193,7 @@ def curves(
             # every val_every; online-k: every k-th step). A line breaks at one of them where the
             # metric has no value (reasoning length where no tag matched), never bridges it.
             family = [x for x in part.columns if "/" in x and x.split("/")[0] == m.split("/")[0]] or [m]
-            for h in hue_order:
+            for n_h, h in enumerate(hue_order):
                 d = data[data[hue] == h]
                 if d.empty:
                     continue
@@ -181,7 +214,13 @@ def curves(
                 common = set.intersection(*steps_of.values()) if steps_of else set()
                 mean = mean.reindex(sorted(s for s in common if last is not None and s <= last))
                 ax.plot(
-                    mean.index, mean.values, color=colours[h], lw=2.2, marker="o" if sparse else None, ms=4
+                    mean.index,
+                    mean.values,
+                    color=colours[h],
+                    lw=2.2,
+                    ls=DASHES[n_h % len(DASHES)],
+                    marker="o" if sparse else None,
+                    ms=4,
                 )
             if is_rate(m):
                 ax.set_ylim(-0.03, 1.03)
@@ -204,7 +243,9 @@ def curves(
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
             ax.set_ylabel(_wrap(label(m), 24))  # a panel is 2.6 in tall: longer labels ran into the next
             ax.set_xlabel("step" if i == len(metrics) - 1 else "")
-    handles = [Line2D([], [], color=colours[h], lw=2.2) for h in hue_order]
+    handles = [
+        Line2D([], [], color=colours[h], lw=2.2, ls=DASHES[i % len(DASHES)]) for i, h in enumerate(hue_order)
+    ]
     names = [str(h) for h in hue_order]
     if drew_references:
         handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
@@ -212,8 +253,8 @@ def curves(
     fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     warm = warmups_text(df) or "none"
     fig.suptitle(
-        f"{title}\n{seeds_text(df, hue)} (thin: each seed, bold: mean where every seed has a value); "
-        f"warm-up: {warm}{unfinished_text(df)}{models_text(df)}",
+        f"{title}\n{seeds_text(df, hue, col)} (thin: each seed, bold: mean where every seed has a value)"
+        f"{design_text(df, steps=False)}; warm-up: {warm}{unfinished_text(df)}{models_text(df)}",
         y=1.0,
     )
     _stamp(fig, df)
@@ -231,8 +272,10 @@ def bars(
     ylabel: str | None = None,
     metric: str | None = None,
 ) -> plt.Figure:
-    """Bars of the mean over seeds with 95% CI error bars over seeds (one row of `df` per seed and
-    bar; a bar from one seed has no error bar, and the title says how many seeds there were).
+    """Bars of the mean over seeds with 95% Student t CI error bars over seeds (one row of `df` per
+    seed and bar; a bar from one seed has no error bar, and the title says how many seeds there
+    were, the steps and validation states, and the seeds of unfinished runs, scored on the steps
+    they logged).
     `metric`: the metric `y` summarises (fixes a rate axis to [0, 1] and names the axis). Where `df`
     has a `FORMAT` column (`per_seed` of a success metric), a panel below shows each bar's
     format-valid rate on the same episodes."""
@@ -261,8 +304,7 @@ def bars(
             hue_order=hue_order,
             palette=palette(hue_order) if hue else None,
             color=None if hue else sns.color_palette("colorblind")[0],
-            errorbar=("ci", 95),
-            seed=0,
+            errorbar=t_ci,
             capsize=0.15,
             err_kws={"linewidth": 1.2},
             ax=axes,
@@ -277,9 +319,11 @@ def bars(
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
     seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
     warm = warmups_text(df)
+    unfinished = int((~df["done"].astype(bool)).sum()) if "done" in df else 0
     ax.set_title(
-        f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% CI over seeds"
+        f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% t CI over seeds{design_text(df)}"
         + (f"; warm-up: {warm}" if warm else "")
+        + (f"; unfinished: {unfinished} seed(s), scored on the steps logged" if unfinished else "")
         + models_text(df)
     )
     m = metric or y
@@ -301,11 +345,27 @@ def bars(
     return fig
 
 
+def t_ci(values) -> tuple[float, float]:
+    """95% Student t interval of the mean of the seeds' `values` (one seed: no width). seaborn's
+    bootstrap CI cannot reach past the range of 3-5 seeds (0.1, 0.3, 0.5 gave exactly 0.1-0.5, the t
+    interval -0.2-0.8), so bars looked tighter than the verdicts' intervals (`analysis.effect_ci`)."""
+    from ragen_lib.analysis import t_quantile
+
+    x = np.asarray(values, float)
+    x = x[np.isfinite(x)]
+    mean = float(x.mean()) if len(x) else float("nan")
+    if len(x) < 2:
+        return mean, mean
+    half = t_quantile(0.975, len(x) - 1) * float(x.std(ddof=1)) / np.sqrt(len(x))
+    return mean - half, mean + half
+
+
 def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") -> pd.DataFrame:
     """One row per (by..., seed): the seed's late mean (last third of its logged points) or median
     of `metric`: the input of `bars`, whose error bars are then over seeds. For a success metric,
     `FORMAT` holds the format-valid rate of the same episodes (`format_rate_of`) at the same
-    points, which `bars` draws below the success bars."""
+    points, which `bars` draws below the success bars. `done`: whether every run of the seed
+    finished (an unfinished one is scored on the steps it logged, and `bars` says so)."""
     rows = []
     keys = [*by, SEED]
     fmt = format_rate_of(metric)
@@ -322,9 +382,17 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
             for c in RUN_FACTS
             if c in part and c not in keys
         }
-        rows.append({**dict(zip(keys, key)), metric: val, **facts_fmt, **facts})
+        done = {"done": bool(part["done"].astype(bool).all())} if "done" in part else {}
+        rows.append({**dict(zip(keys, key)), metric: val, **facts_fmt, **facts, **done})
     facts = [c for c in RUN_FACTS if c in df and c not in keys]
-    return pd.DataFrame(rows, columns=[*keys, metric, *([FORMAT] if fmt and fmt in df else []), *facts])
+    columns = [
+        *keys,
+        metric,
+        *([FORMAT] if fmt and fmt in df else []),
+        *facts,
+        *(["done"] if "done" in df else []),
+    ]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def unfinished_text(df: pd.DataFrame) -> str:

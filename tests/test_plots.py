@@ -88,13 +88,13 @@ def test_a_success_panel_of_several_envs_says_it_has_no_reference_lines_and_the_
     df = runs_df()
     fig = plots.curves(df, ["val/success"], hue="variant")  # both envs in one panel
     val = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("val/success")][0]
-    assert not [line for line in val.lines if line.get_linestyle() in ("--", ":")]
+    assert not [line for line in val.lines if line.get_gid() in ("chance", "expert")]
     assert plots.NO_REFERENCES in [t.get_text() for t in val.texts]
     names = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "random play (chance)" not in names and "expert (best possible)" not in names
     one = plots.curves(df[df["cfg.env.name"] == "bandit"], ["val/success"], hue="variant")
     val = [ax for ax in one.axes if ax.get_ylabel() == plots.label("val/success")][0]
-    assert [line.get_ydata()[0] for line in val.lines if line.get_linestyle() == "--"] == [0.5]
+    assert [line.get_ydata()[0] for line in val.lines if line.get_gid() == "chance"] == [0.5]
     assert "random play (chance)" in [t.get_text() for t in one.legends[0].get_texts()]
     assert not val.texts
 
@@ -193,14 +193,14 @@ def test_reference_lines_are_each_arms_own_where_the_arms_had_different_budgets(
     val = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("val/success")][0]
     from ragen_lib import analysis
 
-    floors = sorted({line.get_ydata()[0] for line in val.lines if line.get_linestyle() == "--"})
+    floors = sorted({line.get_ydata()[0] for line in val.lines if line.get_gid() == "chance"})
     want = sorted({analysis.arm_reference(df[df["variant"] == v], "sokoban")[0] for v in per_turn})
     assert len(floors) == 2 and floors == want
     # one budget: one grey pair
     one_budget = {"cfg.rollout.max_actions_per_turn": 5, "cfg.rollout.max_actions_per_episode": 25}
     same = plots.curves(df.assign(**one_budget), ["val/success"], hue="variant")
     val = [ax for ax in same.axes if ax.get_ylabel() == plots.label("val/success")][0]
-    assert [line.get_color() for line in val.lines if line.get_linestyle() == "--"] == ["0.45"]
+    assert [line.get_color() for line in val.lines if line.get_gid() == "chance"] == ["0.45"]
 
 
 def test_the_mean_line_stops_where_a_seed_stopped_and_the_title_says_a_run_is_unfinished():
@@ -295,3 +295,58 @@ def test_runs_that_log_on_their_own_schedule_keep_their_lines():
     ax = [a for a in fig.axes if a.get_ylabel() == "score"][0]
     assert sorted(len(line.get_xdata()) for line in ax.lines) == [6, 6, 6, 30, 30, 30]
     plots.plt.close("all")
+
+
+def test_titles_count_seeds_per_column_and_name_steps_and_validation_states():
+    """01 runs Bandit on 4 seeds and a FrozenLake pilot on 1: pooled, the title said '4 seeds per
+    line' over the one-seed panel. The validation states and steps tell a pilot from a judged run."""
+    df = runs_df()
+    df = df[(df["cfg.env.name"] == "bandit") | (df["cfg.train.seed"] == 0)].assign(
+        **{"cfg.train.val_size": 128}
+    )
+    df.loc[df["cfg.env.name"] == "sokoban", "cfg.train.val_size"] = 64
+    title = plots.curves(df, ["val/success"], hue="variant", col="cfg.env.name")._suptitle.get_text()
+    assert "seeds per line: bandit 2, sokoban 1" in title and "validation 64–128 states" in title
+    one = plots.curves(df[df["cfg.env.name"] == "bandit"], ["val/success"], hue="variant", col="cfg.env.name")
+    assert "2 seeds per line" in one._suptitle.get_text()
+    bars = plots.bars(
+        plots.per_seed(df.assign(**{"cfg.train.steps": 6}), "val/success", ["variant"]),
+        "variant",
+        "val/success",
+    )
+    assert "6 steps, validation 64–128 states" in bars.axes[0].get_title()
+
+
+def test_bar_error_bars_are_the_seeds_t_interval_not_their_range():
+    """seaborn's bootstrap over seeds 0.1, 0.3, 0.5 drew exactly 0.1-0.5; the t interval, as the
+    verdicts take it, is 0.3 ± 4.303 · 0.2 / √3."""
+    lo, hi = plots.t_ci([0.1, 0.3, 0.5])
+    assert abs(lo - (0.3 - 4.3027 * 0.2 / 3**0.5)) < 1e-3 and abs(hi - (0.3 + 4.3027 * 0.2 / 3**0.5)) < 1e-3
+    assert plots.t_ci([0.4]) == (0.4, 0.4)
+    df = pd.DataFrame({"arm": ["a"] * 3, "cfg.train.seed": [0, 1, 2], "score": [0.1, 0.3, 0.5]})
+    ax = plots.bars(df, "arm", "score").axes[0]
+    ends = sorted(y for line in ax.lines for y in line.get_ydata())
+    assert abs(ends[0] - lo) < 1e-6 and abs(ends[-1] - hi) < 1e-6
+
+
+def test_bars_say_which_seeds_did_not_finish():
+    df = runs_df()
+    df["done"] = df["run_id"] != "bandit-top 5%-1"
+    scored = plots.per_seed(df, "rollout/success", ["variant"])
+    assert scored["done"].tolist().count(False) == 1
+    title = plots.bars(scored, "variant", "rollout/success").axes[0].get_title()
+    assert "unfinished: 1 seed(s), scored on the steps logged" in title
+    assert (
+        "unfinished"
+        not in plots.bars(scored.assign(done=True), "variant", "rollout/success").axes[0].get_title()
+    )
+
+
+def test_each_arms_mean_has_its_own_dash_so_equal_curves_stay_visible():
+    """04's PPO arm lay exactly under StarPO-S, one solid line of one width over the other."""
+    fig = plots.curves(runs_df(), ["rollout/success"], hue="variant", col="cfg.env.name")
+    means = [line for line in fig.axes[0].lines if line.get_linewidth() == 2.2]
+    legend = fig.legends[0].legend_handles[:3]
+    dashes = [str(line._dash_pattern) for line in means]  # matplotlib names every custom dash "--"
+    assert len(means) == 3 and len(set(dashes)) == 3
+    assert dashes == [str(line._dash_pattern) for line in legend]
