@@ -961,6 +961,18 @@ def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
     return bench["s_per_step"] * scale * cfg.train.steps
 
 
+def _reused(path: Path, cfg: config.Config) -> bool:
+    """Whether the grid will reuse the run at `path` as it stands: finished, and not trained by older
+    code that trains its config differently today (`revisions`; the grid trains that one again). A
+    run the grid cannot read counts as finished: the grid stops on it and names the repair."""
+    if not (path / runs.DONE).exists():
+        return False
+    try:
+        return runs.Run(path, cfg).outdated() is None
+    except (runs.CorruptRunError, OSError, ValueError):
+        return True
+
+
 def plan(profile: str, *, root=None, names: list[str] | None = None, device: str | None = None) -> dict:
     """A profile's plan as data: per finding the runs, those already finished, the steps still to
     train and the disk they need; and for the whole plan the need and the free space. A running
@@ -981,7 +993,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
             if not p.exists() and (p.name in earlier or runs.finished_elsewhere(root, finding, p.name))
         }
         earlier |= {p.name for p in unique}
-        todo = [c for p, c in unique.items() if not (p / runs.DONE).exists() and p not in shared]
+        todo = [c for p, c in unique.items() if not _reused(p, c) and p not in shared]
         for model in {c.model.name for c in todo} - to_load:  # each once, before model_size reads it:
             models.check(model)  # a hub id not cached and not on the hub was transformers' traceback
         to_load |= {c.model.name for c in todo}

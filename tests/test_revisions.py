@@ -171,3 +171,14 @@ def test_the_cli_retrains_an_outdated_run(tmp_path, capsys, monkeypatch):
         warnings.simplefilter("error")
         assert main(["run", str(cfg_path), "--out", str(tmp_path), "--quiet"]) == 0
     assert called == [path] and "It trains again" in capsys.readouterr().out
+
+
+def test_the_plan_counts_outdated_runs_as_runs_to_train(tmp_path):
+    """make replicate-all sizes the disk and time by the plan: an outdated run trains again."""
+    finding, pairs = experiments.variants("05_rollout_quality", "smoke")
+    cfgs = {runs.run_dir(tmp_path, finding, c): c for c, _ in pairs}
+    for path, cfg in cfgs.items():
+        finished(path, cfg, None)
+    [row] = experiments.plan("smoke", root=tmp_path, names=[finding], device="cpu")["findings"]
+    online = [c for c in cfgs.values() if c.train.online_k > 1]  # smoke's 3 steps: no k divides them
+    assert 0 < len(online) < len(cfgs) and row["to_train"] == len(online)
