@@ -164,7 +164,9 @@ fig = plots.curves(
 # the runs' model, warm-up, steps and validation ride along, so the bars' title names them
 # (plots.RUN_FACTS), and whether each finished (an unfinished run's total is a partial sum)
 keys = ["cfg.env.name", "variant", "cfg.train.seed", "done", *[c for c in plots.RUN_FACTS if c in df]]
-totals = df.groupby(keys, as_index=False, dropna=False)["time/train_total"].sum()
+totals = df.groupby(keys, as_index=False, dropna=False).agg(
+    **{"time/train_total": ("time/train_total", "sum"), "memory/peak_gb": ("memory/peak_gb", "max")}
+)
 # pilot arms train fewer steps than the judged ones: each bar names its own
 totals["variant"] += " (" + totals["cfg.train.steps"].astype(int).astype(str) + " steps)"
 cost = plots.bars(
@@ -188,6 +190,15 @@ figures = [
     plots.save(cost, profile, f"{finding}_cost"),
     plots.save(apo, profile, f"{finding}_apo_regression"),
 ]
+if totals["memory/peak_gb"].notna().any():  # CUDA only: memory is not measured on CPU (NaN)
+    memory = plots.bars(
+        totals.assign(profile=profile),
+        "cfg.env.name",
+        "memory/peak_gb",
+        hue="variant",
+        title="Peak GPU memory per run (its highest step)",
+    )
+    figures.append(plots.save(memory, profile, f"{finding}_memory"))
 
 # %%
 verdict = analysis.decide(

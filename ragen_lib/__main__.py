@@ -55,10 +55,10 @@ def _run(args) -> int:
 
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
-    if not (path / runs.DONE).exists():  # before the run folder is made; a finished run needs no model
-        models.check(cfg.model.name, cfg.model.device)
+    if not runs.stands(path, cfg):  # before the run folder is made (or an outdated one is retired);
+        models.check(cfg.model.name, cfg.model.device)  # a finished run needs no model
     if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
-        if runs.rank0_stops_at(path, cfg):  # it exits: training would wait for rank 0 (2 h)
+        if runs.stands(path, cfg):  # rank 0 exits: training would wait for it (2 h)
             return 0
         trainer.train(cfg, None, progress=not args.quiet)
         return 0
@@ -266,7 +266,15 @@ def _plot(args) -> int:
     for run_id, part in df.groupby("run_id"):
         run = runs.Run(Path(args.root) / "runs" / args.finding / run_id)
         info = run.done_info() or {}
-        state = "" if part["done"].all() else " (unfinished)" if not run.done else " (DONE is inconsistent)"
+        state = (
+            ""
+            if part["done"].all()
+            else " (unfinished)"
+            if not run.done
+            else f" (not reused: {why})"
+            if (why := run.outdated())
+            else " (DONE is inconsistent)"
+        )
         print(
             f"{run_id}: trained at commit {info.get('commit', 'not recorded')} on "
             f"{info.get('device', 'a device not recorded')}" + state

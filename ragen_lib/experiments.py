@@ -447,7 +447,8 @@ def run_grid(
     progress: bool = True,
     slots: list[dict] | None = None,
 ) -> list[Path]:
-    """Train every config not already DONE under `<root>/runs/<finding>/`; returns the run folders.
+    """Train every config not already DONE under `<root>/runs/<finding>/` (or DONE by older code
+    that trains it differently today: `runs.stands`, `reuse_finished`); returns the run folders.
     `train_fn(cfg, run)` does the work, holding the run's lock, and resumes through `run.resume()`.
 
     `slots`: one dict of environment variables per worker process, e.g. {"CUDA_VISIBLE_DEVICES": "0"}
@@ -479,13 +480,13 @@ def run_grid(
             continue
         try:
             runs.Run(path).check_done()
-            why = runs.Run(path, cfg).outdated()
         except (runs.CorruptRunError, OSError, ValueError) as e:
             print(f"not reused: {e}")
             failures.append((path, e))
             continue
-        if why:  # retired where it trains, under its lock (`reuse_finished`)
-            todo.append((cfg, path))
+        if not runs.stands(path, cfg):  # trained by older code: retired where it trains, locked
+            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name)):
+                todo.append((cfg, path))  # (`reuse_finished`)
             continue
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
@@ -521,6 +522,25 @@ def run_grid(
             "above names any repair a run needs)."
         ) from failures[0][1]
     return paths
+
+
+def _replace_outdated(path: Path, src: Path | None) -> bool:
+    """Retire the outdated finished run at `path` and copy in `src`, the same config finished by
+    today's code under another finding (`runs.finished_elsewhere` passes over outdated ones): the
+    runs 01, 03 and 04 share train once, as a new grid's do. False (nothing changed) without `src`,
+    or when another process holds the run (it decides)."""
+    if src is None:
+        return False
+    try:
+        with runs.Run(path) as run:
+            if not run.done or run.outdated() is None:
+                return False
+            box = run.retire()
+            runs.adopt_into(src, run)
+    except runs.RunLockedError:
+        return False
+    print(f"reused from {src.parent.name}: {path.name} (trained there by today's code; old files: {box})")
+    return True
 
 
 def reuse_finished(run: runs.Run) -> bool:
@@ -961,18 +981,6 @@ def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
     return bench["s_per_step"] * scale * cfg.train.steps
 
 
-def _reused(path: Path, cfg: config.Config) -> bool:
-    """Whether the grid will reuse the run at `path` as it stands: finished, and not trained by older
-    code that trains its config differently today (`revisions`; the grid trains that one again). A
-    run the grid cannot read counts as finished: the grid stops on it and names the repair."""
-    if not (path / runs.DONE).exists():
-        return False
-    try:
-        return runs.Run(path, cfg).outdated() is None
-    except (runs.CorruptRunError, OSError, ValueError):
-        return True
-
-
 def plan(profile: str, *, root=None, names: list[str] | None = None, device: str | None = None) -> dict:
     """A profile's plan as data: per finding the runs, those already finished, the steps still to
     train and the disk they need; and for the whole plan the need and the free space. A running
@@ -993,7 +1001,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
             if not p.exists() and (p.name in earlier or runs.finished_elsewhere(root, finding, p.name))
         }
         earlier |= {p.name for p in unique}
-        todo = [c for p, c in unique.items() if not _reused(p, c) and p not in shared]
+        todo = [c for p, c in unique.items() if not runs.stands(p, c) and p not in shared]
         for model in {c.model.name for c in todo} - to_load:  # each once, before model_size reads it:
             models.check(model)  # a hub id not cached and not on the hub was transformers' traceback
         to_load |= {c.model.name for c in todo}

@@ -35,6 +35,8 @@ WARMUP = "cfg.train.warmup"
 FORMAT = "format_valid"
 """`per_seed`'s column for the format-valid rate of the episodes a success score averaged."""
 STEPS, VAL_SIZE = "cfg.train.steps", "cfg.train.val_size"
+UNFINISHED = "unfinished_runs"
+"""`per_seed`'s column naming the runs of a seed that did not finish (', '-joined; '' where none)."""
 RUN_FACTS = ("cfg.model.name", WARMUP, "profile", STEPS, VAL_SIZE)
 """Columns of a run that every figure's title or stamp reads; `per_seed` carries them over."""
 
@@ -319,11 +321,11 @@ def bars(
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
     seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
     warm = warmups_text(df)
-    unfinished = int((~df["done"].astype(bool)).sum()) if "done" in df else 0
+    unfinished = unfinished_runs(df)
     ax.set_title(
         f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% t CI over seeds{design_text(df)}"
         + (f"; warm-up: {warm}" if warm else "")
-        + (f"; unfinished: {unfinished} seed(s), scored on the steps logged" if unfinished else "")
+        + (f"; unfinished: {unfinished} run(s), scored on the steps logged" if unfinished else "")
         + models_text(df)
     )
     m = metric or y
@@ -382,17 +384,28 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
             for c in RUN_FACTS
             if c in part and c not in keys
         }
-        done = {"done": bool(part["done"].astype(bool).all())} if "done" in part else {}
-        rows.append({**dict(zip(keys, key)), metric: val, **facts_fmt, **facts, **done})
+        ran = {}
+        if "done" in part:  # and which runs did not: 05 stacks one per_seed per column, a run in each
+            ran = {"done": bool(part["done"].astype(bool).all())}
+            if "run_id" in part:
+                left = part.loc[~part["done"].astype(bool), "run_id"].astype(str).unique()
+                ran[UNFINISHED] = ", ".join(sorted(left))
+        rows.append({**dict(zip(keys, key)), metric: val, **facts_fmt, **facts, **ran})
     facts = [c for c in RUN_FACTS if c in df and c not in keys]
-    columns = [
-        *keys,
-        metric,
-        *([FORMAT] if fmt and fmt in df else []),
-        *facts,
-        *(["done"] if "done" in df else []),
-    ]
+    ran_cols = ["done", *([UNFINISHED] if "run_id" in df else [])] if "done" in df else []
+    columns = [*keys, metric, *([FORMAT] if fmt and fmt in df else []), *facts, *ran_cols]
     return pd.DataFrame(rows, columns=columns)
+
+
+def unfinished_runs(df: pd.DataFrame) -> int:
+    """The runs of a frame with `done` (`per_seed`'s rows, 07's totals) that did not finish, each
+    counted once: 05 stacks one `per_seed` per validation column, so a run is a row of each."""
+    if "done" not in df:
+        return 0
+    left = df.loc[~df["done"].astype(bool)]
+    if UNFINISHED not in left:
+        return len(left)
+    return len({r for v in left[UNFINISHED].dropna().astype(str) for r in v.split(", ") if r})
 
 
 def unfinished_text(df: pd.DataFrame) -> str:

@@ -591,21 +591,23 @@ class Run:
         info = self.done_info()
         return None if info is None else self._outdated(info.get("training_revision"))
 
-    def _outdated(self, revision: int | None) -> str | None:
+    def _outdated(self, revision) -> str | None:
         try:
             cfg = self.cfg or config.from_dict(self.saved_config())
-        except (ValueError, TypeError, CorruptRunError):  # problems and load name what is wrong
-            return None
+        except (ValueError, TypeError, CorruptRunError):  # a config today's code refuses: the grid
+            return None  # refuses it when it trains, and `problems` names an unreadable one
         changes = revisions.since(revision, cfg)
         return revisions.describe(revision, changes) if changes else None
 
     def retire(self) -> Path:
-        """Move what a training left (DONE, metrics, samples, final weights, checkpoints) to
-        quarantine/<time>/ so that the run trains again from step 0 (an outdated run: nothing is
-        deleted, and the old curves can still be compared by hand). Returns that folder."""
+        """Move what a training left (DONE, metrics, samples, final weights) to quarantine/<time>/
+        so that the run trains again from step 0: an outdated run, whose results are kept for a
+        comparison by hand. Its checkpoint is removed: no code resumes it (today's trains the config
+        differently), and at the paper's scale it is gigabytes. Returns that folder."""
         self._writer()
-        names = (DONE, "metrics.jsonl", "samples.jsonl", FINAL_WEIGHTS, CKPT, REUSED_FROM)
+        names = (DONE, "metrics.jsonl", "samples.jsonl", FINAL_WEIGHTS, REUSED_FROM)
         box = self._quarantine([self.path / n for n in names])
+        shutil.rmtree(self.path / CKPT, ignore_errors=True)
         self._last_step = None
         return box
 
@@ -624,15 +626,17 @@ class Run:
             )
         if final_weights is not None:
             save_state(self.path / FINAL_WEIGHTS, {**self._identity(self.steps - 1), **final_weights})
-        record = self._done_record({"training_revision": revisions.REVISION, **(summary or {})})
+        record = self._done_record(summary or {}, revisions.REVISION)
         _atomic_write(self.path / DONE, json.dumps(record))
         shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
 
-    def _done_record(self, summary: dict) -> dict:
-        """What DONE holds: the steps, the config and its hash (what `problems` checks), then
-        `summary` (mark_done's training revision, final row, commit and device; repair's rebuild has
-        only the row, and an unrecorded revision counts as 0: `outdated`)."""
+    def _done_record(self, summary: dict, revision: int | None) -> dict:
+        """What DONE holds: the training revision first (a DONE cut short still names it: repair's
+        rebuild reads it back; None: not recorded, which `outdated` reads as before the record), the
+        steps, the config and its hash (what `problems` checks), then `summary` (mark_done's final
+        row, commit and device; repair's rebuild has only the row)."""
         return {
+            **({"training_revision": revision} if revision is not None else {}),
             "steps": self.steps,
             "config_hash": self.config_hash,
             "config": self.cfg.to_dict() if self.cfg is not None else self.saved_config(),
@@ -818,7 +822,7 @@ class Run:
             moved = self.retire()
             warnings.warn(
                 f"{self.path}'s checkpoint at step {step} was {why}: training restarts at step 0 "
-                f"(the old checkpoint, metrics and samples are kept in {moved})",
+                f"(the checkpoint is removed; the old metrics and samples are kept in {moved})",
                 RunStoreWarning,
                 stacklevel=2,
             )
@@ -1048,11 +1052,15 @@ class Run:
         if tail or [r["step"] for r in rows] != self.schedule:
             return []
         box = self._quarantine([file], copy=True)
+        first = re.match(rb'\{"training_revision": (\d+)', file.read_bytes())  # DONE's first key
+        revision = int(first.group(1)) if first else None
         rebuilt = {"final": rows[-1], "rebuilt_by_repair": time.strftime("%Y-%m-%d %H:%M:%S")}
-        _atomic_write(file, json.dumps(self._done_record(rebuilt)))
+        _atomic_write(file, json.dumps(self._done_record(rebuilt, revision)))
         return [
             f"{file} did not read and the metrics hold every step: rebuilt from them and config.yaml "
-            f"(the commit and device it trained on are not recorded; the old file is kept in {box})"
+            f"(the commit and device it trained on are not recorded"
+            + ("" if first else "; nor is the code's training revision, so the grid trains it again")
+            + f"; the old file is kept in {box})"
         ]
 
     def _drop_uncovered_checkpoint(self, newest: Path, step: int, state: dict) -> list[str]:
@@ -1187,11 +1195,12 @@ def finished_elsewhere(root, finding: str, name: str) -> Path | None:
     return None
 
 
-def rank0_stops_at(path: Path, cfg: Config) -> bool:
-    """For a data-parallel rank other than 0, which never opens the run: whether rank 0 stops at the
-    run folder `path` without training (its DONE stands, or does not read) rather than training it
-    (no DONE, or one trained by older code: `Run.outdated`)."""
-    info = read_done(path)  # read before looking for the file: rank 0 may be retiring it now
+def stands(path: Path, cfg: Config) -> bool:
+    """Whether a grid or the CLI stops at the run folder `path` without training it: its DONE stands
+    (or does not read: they stop on it and name the repair), rather than no DONE, or one trained by
+    older code (`Run.outdated`). Reads only, without the lock: what `plan`, the model check and a
+    data-parallel rank other than 0 (which never opens the run) ask before anything is trained."""
+    info = read_done(path)  # read before looking for the file: a writer may be retiring it now
     if info is None:
         return (path / DONE).exists()
     return not revisions.since(info.get("training_revision"), cfg)
@@ -1206,15 +1215,7 @@ def adopt(src: Path, dest: Path) -> bool:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        for f in src.iterdir():
-            if not f.is_file() or f.name in (LOCK, REUSED_FROM):
-                continue
-            if f.name == FINAL_WEIGHTS:
-                with contextlib.suppress(OSError):
-                    os.link(f, tmp / f.name)
-            if not (tmp / f.name).exists():
-                shutil.copy2(f, tmp / f.name)
-        (tmp / REUSED_FROM).write_text(f"{src}\n")
+        _copy_finished(src, tmp)
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(tmp, dest)
@@ -1226,6 +1227,38 @@ def adopt(src: Path, dest: Path) -> bool:
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _copy_finished(src: Path, dest: Path) -> None:
+    """Copy a finished run's files (not its lock, checkpoints or quarantine) into the folder `dest`,
+    the final weights hard-linked where the disk allows, then REUSED_FROM naming `src`."""
+    for f in src.iterdir():
+        if not f.is_file() or f.name in (LOCK, REUSED_FROM):
+            continue
+        if f.name == FINAL_WEIGHTS:
+            with contextlib.suppress(OSError):
+                os.link(f, dest / f.name)
+        if not (dest / f.name).exists():
+            shutil.copy2(f, dest / f.name)
+    (dest / REUSED_FROM).write_text(f"{src}\n")
+
+
+def adopt_into(src: Path, run: Run) -> None:
+    """`adopt` into a run folder that exists (held locked, retired: `Run.retire`): the files are
+    copied aside under <run>/.adopting/, then moved in one by one, DONE last, so a reader sees an
+    unfinished run until the copy is whole."""
+    run._writer()
+    tmp = run.path / ".adopting"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _copy_finished(src, tmp)
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == DONE):
+            os.replace(f, run.path / f.name)
+        _fsync_dir(run.path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    run._last_step = None
 
 
 def disk_usage(path) -> int:

@@ -335,7 +335,10 @@ def test_bars_say_which_seeds_did_not_finish():
     scored = plots.per_seed(df, "rollout/success", ["variant"])
     assert scored["done"].tolist().count(False) == 1
     title = plots.bars(scored, "variant", "rollout/success").axes[0].get_title()
-    assert "unfinished: 1 seed(s), scored on the steps logged" in title
+    assert "unfinished: 1 run(s), scored on the steps logged" in title
+    # 05 stacks one per_seed per validation column: the run is a row of each, counted once
+    stacked = pd.concat([scored, scored.assign(variant=scored["variant"] + " (other env)")])
+    assert "unfinished: 1 run(s)" in plots.bars(stacked, "variant", "rollout/success").axes[0].get_title()
     assert (
         "unfinished"
         not in plots.bars(scored.assign(done=True), "variant", "rollout/success").axes[0].get_title()

@@ -18,39 +18,35 @@ def cfg_of(**train) -> config.Config:
     )
 
 
-OLD = cfg_of(online_k=2, steps=3, val_every=1)  # 3 steps at k=2: the last rollout fed 2, now 1
-SAME = cfg_of(online_k=1, steps=4, val_every=2)
-
-
-@pytest.mark.parametrize(
-    ("online_k", "steps", "val_every", "samples_every", "touched"),
-    [
-        (1, 200, 5, 10, False),  # online-1: nothing changed
-        (2, 200, 10, 10, False),  # 2 divides 10: both rules validate at 0, 10, 20, ...
-        (2, 200, 5, 10, True),  # old: 0, 10, 20 (multiples of lcm 10); new: also 6, 16, ... (41 not 21)
-        (10, 200, 5, 10, False),  # every rollout passes a multiple of 5, and every logged step was one
-        (5, 200, 5, 10, False),
-        (2, 200, 10, 5, True),  # the samples: old at 0, 10, ...; new also at 6, 16, ...
-        (10, 3, 1, 1, True),  # smoke: the only rollout fed 10 updates, now 3
-    ],
+OLD = cfg_of(online_k=2, steps=4)  # touched by the change of revision 2 below
+SAME = cfg_of(online_k=1, steps=4)  # left alone by it
+ONLINE = revisions.Change(
+    2, "2099-01-01", "online-k changed (a test's change)", lambda c: c.train.online_k > 1
 )
-def test_the_online_k_change_touches_exactly_the_configs_whose_steps_it_moved(
-    online_k, steps, val_every, samples_every, touched
-):
-    cfg = cfg_of(online_k=online_k, steps=steps, val_every=val_every, samples_every=samples_every)
-    changes = revisions.since(None, cfg)
-    assert any("online-k" in c.what for c in changes) is touched
-    assert revisions.since(revisions.REVISION, cfg) == []  # trained by this code: it stands
 
 
-def test_the_end_id_change_touches_every_model_but_the_built_in_ones():
-    for name, touched in [
-        ("tiny-random", False),
-        ("smollm2-135m-instruct", False),
-        ("Qwen/Qwen2.5-0.5B-Instruct", True),
-    ]:
-        cfg = config.from_dict({"model": {"name": name}})
-        assert any("end id" in c.what for c in revisions.since(0, cfg)) is touched, name
+@pytest.fixture(autouse=True)
+def revision_2(monkeypatch):
+    """Today's record plus a change of revision 2 that touches online-k configs only: a run of
+    revision 1 stands where it does not touch its config, any run without a record is outdated."""
+    monkeypatch.setattr(revisions, "CHANGES", (*revisions.CHANGES, ONLINE))
+    monkeypatch.setattr(revisions, "REVISION", 2)
+
+
+def test_a_change_touches_the_runs_of_earlier_revisions_whose_configs_it_names():
+    assert revisions.since(1, OLD) == [ONLINE] and revisions.since(1, SAME) == []
+    assert revisions.since(2, OLD) == revisions.since(2, SAME) == []  # trained by this code
+    for unrecorded in (None, 0, "1", 1.0, True):  # a DONE edited by hand reads as before the record
+        assert revisions.since(unrecorded, SAME) == [revisions.CHANGES[0]], unrecorded
+        assert len(revisions.since(unrecorded, OLD)) == 2
+
+
+def test_the_record_begins_with_every_run_before_it_outdated():
+    """The record began on a day that changed the envs, the warm-up and the rollout; changes before
+    it were never listed: a run without a revision is of unknown code, whatever its config."""
+    [first] = [c for c in revisions.CHANGES if c.revision == 1]
+    for name in ("bandit", "sokoban", "frozenlake", "webshop"):
+        assert first.affects(config.from_dict({"env": {"name": name}}))
 
 
 def finished(path, cfg, revision: int | None) -> Run:
@@ -75,10 +71,9 @@ def test_an_outdated_finished_run_is_moved_aside_and_trains_again(tmp_path, caps
     path = runs.run_dir(tmp_path, "f", OLD)
     finished(path, OLD, None)
     with Run(path, OLD) as run:
-        assert (
-            "online-k counted updates" in run.outdated()
-            and "before revisions were recorded" in run.outdated()
-        )
+        why = run.outdated()
+        assert "with no training revision recorded, before training revisions were recorded" in why
+        assert "online-k changed (a test's change) (2099-01-01)" in why
         assert experiments.reuse_finished(run) is False
         assert not run.done and run.metrics() == [] and run.resume() == (None, None)
     out = capsys.readouterr().out
@@ -87,8 +82,8 @@ def test_an_outdated_finished_run_is_moved_aside_and_trains_again(tmp_path, caps
     assert {p.name for p in box.iterdir()} == {runs.DONE, "metrics.jsonl", "samples.jsonl"}  # kept
 
 
-def test_a_run_the_changes_do_not_touch_is_reused_whatever_its_revision(tmp_path):
-    for revision in (None, 0, revisions.REVISION):
+def test_a_run_the_changes_do_not_touch_is_reused(tmp_path):
+    for revision in (1, 2):
         path = tmp_path / str(revision)
         finished(path, SAME, revision)
         with Run(path, SAME) as run:
@@ -101,8 +96,8 @@ def test_a_run_the_changes_do_not_touch_is_reused_whatever_its_revision(tmp_path
 
 def test_the_grid_retrains_an_outdated_run_and_reuses_a_current_one(tmp_path):
     old, same = (runs.run_dir(tmp_path, "f", c) for c in (OLD, SAME))
-    finished(old, OLD, None)
-    finished(same, SAME, None)
+    finished(old, OLD, 1)
+    finished(same, SAME, 1)
     trained = []
 
     def train(cfg, run):
@@ -114,7 +109,20 @@ def test_the_grid_retrains_an_outdated_run_and_reuses_a_current_one(tmp_path):
     experiments.run_grid(tmp_path, "f", [OLD, SAME], train, progress=False)
     assert trained == [old]
     assert [r["success"] for r in Run(old).metrics()] == [1.0, 1.0]  # the new training's
-    assert Run(old).outdated() is None and Run(same).done_info().get("training_revision") is None
+    assert Run(old).outdated() is None and Run(same).done_info()["training_revision"] == 1
+
+
+def test_an_outdated_run_another_finding_has_trained_anew_is_copied_not_trained(tmp_path, capsys):
+    """01, 03 and 04 share Bandit runs: the first grid retrains its outdated copy, the next ones
+    take that copy instead of each training their own again."""
+    mine, theirs = runs.run_dir(tmp_path, "g", OLD), runs.run_dir(tmp_path, "h", OLD)
+    finished(mine, OLD, 1)
+    finished(theirs, OLD, 2)
+    experiments.run_grid(tmp_path, "g", [OLD], lambda cfg, run: pytest.fail("trained"), progress=False)
+    assert Run(mine).outdated() is None and (mine / runs.REUSED_FROM).read_text().strip() == str(theirs)
+    assert Run(mine).metrics() == Run(theirs).metrics() and not (mine / ".adopting").exists()
+    assert f"reused from h: {mine.name}" in capsys.readouterr().out
+    assert len(list((mine / runs.QUARANTINE).iterdir())) == 1  # the old files, kept
 
 
 def test_an_outdated_checkpoint_is_not_resumed(tmp_path):
@@ -126,7 +134,7 @@ def test_an_outdated_checkpoint_is_not_resumed(tmp_path):
     assert state["training_revision"] == revisions.REVISION
     with Run(tmp_path / "r", OLD) as again:
         assert again.resume()[0] == 0  # this code's checkpoint resumes
-    runs.save_state(ckpt, {**state, "training_revision": 0})
+    runs.save_state(ckpt, {**state, "training_revision": 1})
     with (
         Run(tmp_path / "r", OLD) as again,
         pytest.warns(RunStoreWarning, match="training restarts at step 0"),
@@ -135,26 +143,31 @@ def test_an_outdated_checkpoint_is_not_resumed(tmp_path):
         assert again.metrics() == [] and again.checkpoint_file() is None
 
 
-def test_load_reports_an_outdated_run_as_unfinished_and_another_finding_does_not_adopt_it(tmp_path):
+def test_load_reports_an_outdated_run_as_unfinished_and_another_finding_does_not_adopt_it(tmp_path, capsys):
+    from ragen_lib.__main__ import main
+
     path = runs.run_dir(tmp_path, "f", OLD)
     finished(path, OLD, None)
     with pytest.warns(RunStoreWarning, match="reported as unfinished"):
         df = runs.load(tmp_path, "f")
     assert not df["done"].any()
+    with pytest.warns(RunStoreWarning):  # the plot command says why, not "DONE is inconsistent"
+        assert main(["plot", str(tmp_path), "--finding", "f", "--metrics", "success"]) == 0
+    assert "(not reused: trained with no training revision recorded" in capsys.readouterr().out
     assert runs.finished_elsewhere(tmp_path, "g", path.name) is None
-    finished(runs.run_dir(tmp_path, "h", SAME), SAME, None)
+    finished(runs.run_dir(tmp_path, "h", SAME), SAME, 1)
     assert runs.finished_elsewhere(tmp_path, "g", runs.run_dir(tmp_path, "h", SAME).name) is not None
 
 
 def test_other_data_parallel_ranks_train_with_rank_0_when_its_run_is_outdated(tmp_path):
     path = runs.run_dir(tmp_path, "f", OLD)
-    assert not runs.rank0_stops_at(path, OLD)  # nothing there: rank 0 trains
+    assert not runs.stands(path, OLD)  # nothing there: rank 0 trains
     finished(path, OLD, None)
-    assert not runs.rank0_stops_at(path, OLD)  # outdated: rank 0 retires it and trains
-    finished(runs.run_dir(tmp_path, "g", SAME), SAME, None)
-    assert runs.rank0_stops_at(runs.run_dir(tmp_path, "g", SAME), SAME)
+    assert not runs.stands(path, OLD)  # outdated: rank 0 retires it and trains
+    finished(runs.run_dir(tmp_path, "g", SAME), SAME, 1)
+    assert runs.stands(runs.run_dir(tmp_path, "g", SAME), SAME)
     (path / runs.DONE).write_text("garbage")  # rank 0 stops on it with the repair command
-    assert runs.rank0_stops_at(path, OLD)
+    assert runs.stands(path, OLD)
 
 
 def test_the_cli_retrains_an_outdated_run(tmp_path, capsys, monkeypatch):
@@ -171,6 +184,13 @@ def test_the_cli_retrains_an_outdated_run(tmp_path, capsys, monkeypatch):
         warnings.simplefilter("error")
         assert main(["run", str(cfg_path), "--out", str(tmp_path), "--quiet"]) == 0
     assert called == [path] and "It trains again" in capsys.readouterr().out
+    # a model that is not there is named before an outdated run is moved aside, as for a new run
+    gone = config.from_dict(OLD.to_dict(), {"model.name": str(tmp_path / "gone.gguf")})
+    finished(runs.run_dir(tmp_path, "adhoc", gone), gone, None)
+    config.save(gone, cfg_path)
+    assert main(["run", str(cfg_path), "--out", str(tmp_path), "--quiet"]) == 2
+    assert "gone.gguf does not exist" in capsys.readouterr().err
+    assert (runs.run_dir(tmp_path, "adhoc", gone) / runs.DONE).exists()
 
 
 def test_the_plan_counts_outdated_runs_as_runs_to_train(tmp_path):
@@ -178,7 +198,21 @@ def test_the_plan_counts_outdated_runs_as_runs_to_train(tmp_path):
     finding, pairs = experiments.variants("05_rollout_quality", "smoke")
     cfgs = {runs.run_dir(tmp_path, finding, c): c for c, _ in pairs}
     for path, cfg in cfgs.items():
-        finished(path, cfg, None)
+        finished(path, cfg, 1)
     [row] = experiments.plan("smoke", root=tmp_path, names=[finding], device="cpu")["findings"]
     online = [c for c in cfgs.values() if c.train.online_k > 1]  # smoke's 3 steps: no k divides them
     assert 0 < len(online) < len(cfgs) and row["to_train"] == len(online)
+
+
+def test_repair_keeps_the_revision_of_a_done_cut_short(tmp_path):
+    """DONE's first key is the revision, so a copy cut short still names it; one from before the
+    record has none to keep, and the rebuilt run is outdated."""
+    for revision, outdated in ((2, False), (None, True)):
+        path = tmp_path / str(revision)
+        finished(path, OLD, revision)
+        whole = (path / runs.DONE).read_bytes()
+        (path / runs.DONE).write_bytes(whole[: len(whole) // 2])
+        with Run(path) as run:
+            [action] = run.repair()
+            assert ("nor is the code's training revision" in action) is outdated
+            assert (run.outdated() is not None) is outdated

@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragen_lib import config, runs
+from ragen_lib import config, revisions, runs
 from ragen_lib.runs import CorruptRunError, DiskFullError, Run, RunLockedError, RunStoreWarning
 
 CFG = config.from_dict(
@@ -430,6 +430,7 @@ def test_repair_rebuilds_a_done_that_does_not_read_over_complete_metrics(tmp_pat
     assert run.done and Run(run.path).problems() == []
     info = Run(run.path).done_info()
     assert info["steps"] == 12 and info["config_hash"] == Run(run.path).config_hash
+    assert info["training_revision"] == revisions.REVISION  # DONE's first key: the cut kept it
     assert info["final"] == Run(run.path).metrics()[-1] and "device" not in info
     assert next((run.path / "quarantine").rglob("DONE")).read_bytes() == whole[: len(whole) // 2]
     assert Run(run.path).repair() == []  # repaired: nothing left to do

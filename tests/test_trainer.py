@@ -339,7 +339,15 @@ def test_keep_final_weights_keeps_weights_only(tmp_path):
     run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
     trainer.train(cfg, run, progress=False)
     weights = torch.load(run.path / runs.FINAL_WEIGHTS, weights_only=True)
-    assert set(weights) == {"format", "step", "config_hash", "config", "policy", "critic"}
+    assert set(weights) == {
+        "format",
+        "step",
+        "config_hash",
+        "config",
+        "training_revision",
+        "policy",
+        "critic",
+    }
     assert weights["step"] == 1 and weights["config_hash"] == cfg.hash() and not (run.path / "ckpt").exists()
     from ragen_lib import experiments
 
