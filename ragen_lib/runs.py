@@ -1186,8 +1186,9 @@ def finished_elsewhere(root, finding: str, name: str) -> Path | None:
         if other.parent.name == finding or not (other / DONE).exists():
             continue
         try:
-            Run(other).check_done()
-            if Run(other).outdated():
+            run = Run(other)
+            run.check_done()
+            if run.outdated():
                 continue  # trained by older code: its own finding's grid retrains it
         except (CorruptRunError, OSError, ValueError):
             continue  # its own finding's grid names the problem; this one trains its own copy
