@@ -172,8 +172,8 @@ for study in ("pxn", "actions", "online"):
             tables[study] = tables[study].merge(analysis.late_table(part, col, "variant"), on="variant")
     display(tables[study])
 figures = []
-episodes = df["cfg.train.groups"] * df["cfg.train.group_size"]
-pxn_episodes = plots.span(episodes[df["study"] == "pxn"])  # the profile's P×N products, not the paper's 128
+pxn = df[df["study"] == "pxn"]
+pxn_episodes = plots.span(pxn["cfg.train.groups"] * pxn["cfg.train.group_size"])  # the profile's, not 128
 for study, title in (
     ("pxn", f"Table 2: P×N at {pxn_episodes} episodes a step"),
     ("actions", "Table 3: actions per turn"),
@@ -183,7 +183,6 @@ for study, title in (
     shown = [metric, *[c for c in val_cols if c != metric and part[c].notna().any()], "reward/group_std"]
     fig = plots.curves(part, shown, hue="variant", title=title)
     figures.append(plots.save(fig, profile, f"{finding}_{study}"))
-pxn = df[df["study"] == "pxn"]
 columns = [c for c in val_cols if pxn[c].notna().any()]
 seeded = pd.concat(
     [plots.per_seed(pxn, c, ["variant"]).rename(columns={c: "success"}).assign(column=c) for c in columns]

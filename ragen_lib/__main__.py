@@ -266,15 +266,12 @@ def _plot(args) -> int:
     for run_id, part in df.groupby("run_id"):
         run = runs.Run(Path(args.root) / "runs" / args.finding / run_id)
         info = run.done_info() or {}
-        state = (
-            ""
-            if part["done"].all()
-            else " (unfinished)"
-            if not run.done
-            else f" (not reused: {why})"
-            if (why := run.outdated())
-            else " (DONE is inconsistent)"
-        )
+        state = ""  # load reported the run unfinished where part["done"] is false: say why
+        if not part["done"].all():
+            state = " (unfinished)"
+            if run.done:
+                why = run.outdated()
+                state = f" (not reused: {why})" if why else " (DONE is inconsistent)"
         print(
             f"{run_id}: trained at commit {info.get('commit', 'not recorded')} on "
             f"{info.get('device', 'a device not recorded')}" + state

@@ -141,7 +141,7 @@ def seeds_text(df: pd.DataFrame, hue: str, col: str | None = None) -> str:
     if col and col in df:
         per = n.groupby(level=0).agg(lambda x: span(x.tolist()))
         return "seeds per line: " + ", ".join(f"{c} {per[c]}" for c in order(per.index))
-    return f"{lo}–{hi} seeds per line"
+    return f"{span(n)} seeds per line"
 
 
 def design_text(df: pd.DataFrame, *, steps: bool = True) -> str:
@@ -319,7 +319,7 @@ def bars(
         fax.set_ylim(0, 1)
         fax.set_ylabel(_wrap("format-valid (same episodes)", 18))
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
-    seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}–{int(n.max())}"
+    seeds = span(n)
     warm = warmups_text(df)
     unfinished = unfinished_runs(df)
     ax.set_title(
