@@ -89,12 +89,14 @@ df["variant"] = df.apply(label, axis=1)
 
 # %%
 metric = analysis.success_metric(df)
+arms = plots.order(df["variant"])  # one order for every figure: an arm keeps its colour in each
 figures = []
 for env, part in df.groupby("cfg.env.name"):
     fig = plots.curves(
         part,
         [metric, "reward/group_std_kept", "rollout/kept", "policy/entropy"],
         hue="variant",
+        hue_order=arms,
         title=f"Fig. 7: uncertainty filtering on {env}",
     )
     figures.append(plots.save(fig, profile, f"{finding}_curves_{env}"))

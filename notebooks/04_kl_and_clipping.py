@@ -114,6 +114,7 @@ df["variant"] = df.apply(
 
 # %%
 metric = analysis.success_metric(df)
+arms = plots.order(df["variant"])  # one order for every figure: an arm keeps its colour in each
 ablation = df[df["cfg.env.name"] == "sokoban"]
 fig8 = plots.curves(
     ablation,
@@ -126,6 +127,7 @@ fig8 = plots.curves(
         "policy/entropy",
     ],
     hue="variant",
+    hue_order=arms,
     title="Fig. 8: KL and clipping ablation (Sokoban)",
 )
 main = df[
@@ -133,7 +135,12 @@ main = df[
     | ((df["cfg.algo.kl_coef"] == 0.001) & (df["cfg.algo.clip_high"] == 0.2))
 ]
 fig9 = plots.curves(
-    main, [metric, "reward/group_std"], hue="variant", col="cfg.env.name", title="Fig. 9: StarPO-S vs StarPO"
+    main,
+    [metric, "reward/group_std"],
+    hue="variant",
+    hue_order=arms,
+    col="cfg.env.name",
+    title="Fig. 9: StarPO-S vs StarPO",
 )
 display(analysis.late_table(main, metric, ["cfg.env.name", "variant"]))
 bar = plots.bars(
@@ -141,6 +148,7 @@ bar = plots.bars(
     "cfg.env.name",
     metric,
     hue="variant",
+    hue_order=arms,
     title="Fig. 9: late success, StarPO-S vs StarPO",
 )
 figures = [

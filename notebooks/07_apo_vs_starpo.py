@@ -154,10 +154,12 @@ df["time/train_total"] = df["time/train_step"] + df["time/v_star"].fillna(0.0)  
 # %%
 table = summary(df)
 display(table)
+arms = plots.order(df["variant"])  # one order for both curve figures: an arm keeps its colour
 fig = plots.curves(
     df,
     [analysis.success_metric(df), "policy/kl_ref", "time/train_step"],
     hue="variant",
+    hue_order=arms,
     col="cfg.env.name",
     title="A*-PO vs StarPO",
 )
@@ -182,6 +184,7 @@ apo = plots.curves(
     df[df["cfg.algo.name"] == "apo"],
     ["policy/apo_log_ratio", "policy/apo_residual", "loss/policy"],
     hue="variant",
+    hue_order=arms,
     col="cfg.env.name",
     title="A*-PO stage 2: log-ratio to the reference and regression residual",
 )

@@ -9,7 +9,9 @@ breaks at a logged step where it has none, never bridges it), each arm's mean in
 well as colour (two equal curves stay visible); the seeds (per panel column where they differ),
 steps, validation states and any unfinished run in the title; a format-valid rate beside every
 success, curve or bar; error bars (95% Student t CI over seeds, as the verdicts' intervals) on
-every bar; no offset notation on any axis.
+every bar, a caret at the edge of a rate axis where one runs past it, and the value written on a bar
+too low to see (a gap is a bar with no run); one `hue_order` per notebook where it draws several
+figures of one set of arms, so an arm keeps its colour in each; no offset notation on any axis.
 """
 
 from __future__ import annotations
@@ -66,6 +68,21 @@ def palette(hue_order: list) -> dict:
     """One colour per hue value, shared by every panel of a figure."""
     colours = sns.color_palette("colorblind", max(len(hue_order), 1))
     return {h: colours[i % len(colours)] for i, h in enumerate(hue_order)}
+
+
+def _arms(df: pd.DataFrame, hue: str, hue_order: list | None) -> list:
+    """The arms' order that sets colours: `hue_order` where given (it may name arms the frame
+    lacks), else the frame's in natural order. An arm of the frame that `hue_order` leaves out is
+    an error: it would not be drawn."""
+    if hue_order is None:
+        return order(df[hue])
+    missing = [h for h in order(df[hue]) if h not in hue_order]
+    if missing:
+        raise ValueError(
+            f"plots: hue_order lacks {missing}, arms of this frame's {hue!r}: it would leave them "
+            "undrawn; pass the order of every arm (e.g. plots.order(df[hue]) of the whole frame)"
+        )
+    return list(hue_order)
 
 
 def is_rate(metric: str) -> bool:
@@ -174,11 +191,13 @@ def curves(
     hue_order: list | None = None,
 ) -> plt.Figure:
     """One row per metric, one column per `col` value; one colour per `hue` value (the same in
-    every panel), each seed thin, the seeds' mean bold; the format-valid rates last (`with_format_rates`)."""
+    every panel), each seed thin, the seeds' mean bold; the format-valid rates last (`with_format_rates`).
+    `hue_order`: the arms' order, which sets their colours and dashes (default: the frame's arms in
+    natural order); pass one order to every figure of a notebook and an arm keeps its colour in each."""
     _refuse_empty(df, "curves")
     theme()
     metrics = with_format_rates(metrics, df)
-    hue_order = hue_order or order(df[hue])
+    hue_order = _arms(df, hue, hue_order)
     colours = palette(hue_order)
     cols = order(df[col]) if col else [None]
     drew_references = False  # the legend names the reference lines only where a panel has them
@@ -245,10 +264,13 @@ def curves(
             ax.set_title(f"{c}" if i == 0 and c is not None else "")
             ax.set_ylabel(_wrap(label(m), 24))  # a panel is 2.6 in tall: longer labels ran into the next
             ax.set_xlabel("step" if i == len(metrics) - 1 else "")
-    handles = [
-        Line2D([], [], color=colours[h], lw=2.2, ls=DASHES[i % len(DASHES)]) for i, h in enumerate(hue_order)
-    ]
-    names = [str(h) for h in hue_order]
+    # Colours and dashes follow `hue_order`, which may name arms this frame lacks (a notebook's one
+    # order for all its figures, so an arm keeps its colour from figure to figure); the legend names
+    # only the arms drawn.
+    present = set(df[hue].dropna())
+    shown = [(i, h) for i, h in enumerate(hue_order) if h in present]
+    handles = [Line2D([], [], color=colours[h], lw=2.2, ls=DASHES[i % len(DASHES)]) for i, h in shown]
+    names = [str(h) for _, h in shown]
     if drew_references:
         handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
         names += ["random play (chance)", "expert (best possible)"]
@@ -273,6 +295,7 @@ def bars(
     title: str = "",
     ylabel: str | None = None,
     metric: str | None = None,
+    hue_order: list | None = None,
 ) -> plt.Figure:
     """Bars of the mean over seeds with 95% Student t CI error bars over seeds (one row of `df` per
     seed and bar; a bar from one seed has no error bar, and the title says how many seeds there
@@ -280,11 +303,14 @@ def bars(
     they logged).
     `metric`: the metric `y` summarises (fixes a rate axis to [0, 1] and names the axis). Where `df`
     has a `FORMAT` column (`per_seed` of a success metric), a panel below shows each bar's
-    format-valid rate on the same episodes."""
+    format-valid rate on the same episodes. `hue_order`: as `curves`' (colours by a notebook's one
+    order of arms; the bars and legend show the arms present)."""
     _refuse_empty(df, "bars")
     theme()
     x_order = order(df[x])
-    hue_order = order(df[hue]) if hue else None
+    arms = _arms(df, hue, hue_order) if hue else None
+    colours = palette(arms) if hue else None
+    hue_order = [h for h in arms if h in set(df[hue])] if hue else None  # the bars: arms present
     # Wide enough for every bar: a fixed 6.5 inches squeezed 03's 9 variants x 3 envs into a strip.
     per_x = 0.45 * (1 + 0.5 * (len(hue_order) - 1)) if hue else 0.45
     width = min(18.0, max(6.5, 2.5 + per_x * len(x_order)))
@@ -304,7 +330,7 @@ def bars(
             hue=hue,
             order=x_order,
             hue_order=hue_order,
-            palette=palette(hue_order) if hue else None,
+            palette=colours,
             color=None if hue else sns.color_palette("colorblind")[0],
             errorbar=t_ci,
             capsize=0.15,
@@ -314,23 +340,26 @@ def bars(
         )
 
     draw(ax, y, bool(hue))
+    m = metric or y
+    cut = _rate_axis(ax) if is_rate(m) else False
+    _label_flat_bars(ax)
     if formats:  # with the small model a success bar may be format learning: this rate says which
         draw(fax, FORMAT, False)
-        fax.set_ylim(0, 1)
+        cut = _rate_axis(fax) or cut
+        _label_flat_bars(fax)
         fax.set_ylabel(_wrap("format-valid (same episodes)", 18))
     n = df.groupby([x] + ([hue] if hue else []))[SEED].nunique() if SEED in df else pd.Series([1])
     seeds = span(n)
     warm = warmups_text(df)
     unfinished = unfinished_runs(df)
     ax.set_title(
-        f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% t CI over seeds{design_text(df)}"
+        f"{title}\nmean of {seeds} seed(s) per bar, error bars: 95% t CI over seeds"
+        + ("; ▲/▼: it runs past the axis" if cut else "")
+        + design_text(df)
         + (f"; warm-up: {warm}" if warm else "")
         + (f"; unfinished: {unfinished} run(s), scored on the steps logged" if unfinished else "")
         + models_text(df)
     )
-    m = metric or y
-    if is_rate(m):
-        ax.set_ylim(0, 1)
     ax.set_ylabel(ylabel or label(m))
     bottom = fax if formats else ax
     ax.set_xlabel("" if formats else axis_name(x))
@@ -345,6 +374,36 @@ def bars(
     _stamp(fig, df)
     fig.tight_layout()
     return fig
+
+
+def _rate_axis(ax) -> bool:
+    """[0, 1], with a caret at the edge where an error bar runs past it (▲ above 1, ▼ below 0): a t
+    interval of 2-3 seeds can span several units, which an axis widened to hold it would squeeze
+    every bar into, and an axis that cut it silently drew the bar tighter than the verdict's
+    interval. True where a caret was drawn (the title says what it means)."""
+    ax.set_ylim(0, 1)
+    cut = False
+    for line in list(ax.lines):  # a bar axis's lines are its error bars (with caps: NaN-separated)
+        x, y = (np.asarray(v, float) for v in line.get_data())
+        if not np.isfinite(y).any():
+            continue
+        centre = float(np.nanmean(x))  # the caps are symmetric about the bar's centre
+        for past, edge, marker in ((np.nanmax(y) > 1, 1.0, "^"), (np.nanmin(y) < 0, 0.0, "v")):
+            if past:
+                ax.plot([centre], [edge], marker=marker, color="0.15", ms=6, clip_on=False, gid="ci-cut")
+                cut = True
+    return cut
+
+
+def _label_flat_bars(ax) -> None:
+    """Write the value on a bar too low to see (under 1.5% of the axis): a bar at 0 drew nothing,
+    like a bar with no run behind it; now 0 is written and a gap means no run."""
+    lo, hi = ax.get_ylim()
+    for bars_ in ax.containers:
+        heights = [p.get_height() for p in bars_.patches]
+        texts = [f"{h:.2g}" if np.isfinite(h) and abs(h) < 0.015 * (hi - lo) else "" for h in heights]
+        if any(texts):
+            ax.bar_label(bars_, labels=texts, fontsize=7, color="0.25", padding=2)
 
 
 def t_ci(values) -> tuple[float, float]:

@@ -5,6 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from ragen_lib import plots  # noqa: E402
 
@@ -353,3 +354,65 @@ def test_each_arms_mean_has_its_own_dash_so_equal_curves_stay_visible():
     dashes = [str(line._dash_pattern) for line in means]  # matplotlib names every custom dash "--"
     assert len(means) == 3 and len(set(dashes)) == 3
     assert dashes == [str(line._dash_pattern) for line in legend]
+
+
+def test_an_arm_keeps_its_colour_from_figure_to_figure_given_one_order_of_arms():
+    """03 draws one figure per env, and Bandit has 2 of Sokoban's arms: each figure sized its
+    palette to its own arms, so "top 25%" changed colour between figures. With the notebook's one
+    order, it keeps it; the legend names only the arms drawn, and an arm the order leaves out is
+    an error, not a line silently left undrawn."""
+    df = runs_df()
+    arms = plots.order(df["variant"])
+    some = df[df["variant"] != "top 5%"]
+
+    def legend_colour(fig, variant):
+        legend = fig.legends[0]
+        names = [t.get_text() for t in legend.get_texts()]
+        colours = {n: tuple(h.get_color()) for n, h in zip(names, legend.legend_handles)}
+        return colours[variant]
+
+    whole = plots.curves(df, ["rollout/success"], hue="variant", hue_order=arms)
+    part = plots.curves(some, ["rollout/success"], hue="variant", hue_order=arms)
+    colour = legend_colour(whole, "top 25%")
+    assert legend_colour(part, "top 25%") == colour == tuple(plots.palette(arms)["top 25%"])
+    assert colour in {tuple(x.get_color()) for x in part.axes[0].lines if x.get_linewidth() > 2}
+    own = plots.curves(some, ["rollout/success"], hue="variant")  # without the order: its own palette
+    assert legend_colour(own, "top 25%") != colour
+    names = [t.get_text() for t in part.legends[0].get_texts()]
+    assert "top 5%" not in names and names[:2] == ["top 25%", "top 100%"]
+
+    def bar_legend(frame):
+        scored = plots.per_seed(frame, "rollout/success", ["cfg.env.name", "variant"])
+        legend = plots.bars(scored, "cfg.env.name", "rollout/success", hue="variant", hue_order=arms)
+        legend = legend.axes[0].get_legend()
+        names = [t.get_text() for t in legend.get_texts()]
+        return {n: tuple(h.get_facecolor()) for n, h in zip(names, legend.legend_handles)}
+
+    assert list(bar_legend(some)) == ["top 25%", "top 100%"]
+    assert bar_legend(some)["top 25%"] == bar_legend(df)["top 25%"]
+    with pytest.raises(ValueError, match=r"hue_order lacks \['top 5%'\]"):
+        plots.curves(df, ["rollout/success"], hue="variant", hue_order=["top 25%", "top 100%"])
+    plots.plt.close("all")
+
+
+def test_a_bar_at_zero_is_labelled_and_an_interval_past_the_rate_axis_gets_a_caret():
+    """A rate bar at 0 drew nothing, like a bar with no run; and the [0, 1] axis cut a 3-seed t
+    interval (here 0.6 ± 0.99) so the bar looked tighter than the verdict's interval."""
+    df = pd.DataFrame(
+        {
+            "arm": ["a"] * 3 + ["b"] * 3,
+            "cfg.train.seed": [0, 1, 2] * 2,
+            "val/success": [0.2, 0.6, 1.0, 0.0, 0.0, 0.0],
+        }
+    )
+    ax = plots.bars(df, "arm", "val/success").axes[0]
+    assert ax.get_ylim() == (0.0, 1.0)
+    assert [t.get_text() for t in ax.texts] == ["", "0"]  # a's bar is seen; b's 0 is written
+    carets = sorted((x.get_xdata()[0], x.get_marker()) for x in ax.lines if x.get_gid() == "ci-cut")
+    assert carets == [(0.0, "^"), (0.0, "v")]  # a's interval runs past 1 and below 0; b's has no width
+    assert "▲/▼: it runs past the axis" in ax.get_title()
+    inside = plots.bars(df.assign(**{"val/success": [0.4, 0.5, 0.6, 0.3, 0.3, 0.3]}), "arm", "val/success")
+    assert not [x for x in inside.axes[0].lines if x.get_gid() == "ci-cut"]
+    assert "runs past" not in inside.axes[0].get_title()
+    assert not any(t.get_text() for t in inside.axes[0].texts)
+    plots.plt.close("all")
