@@ -32,9 +32,15 @@ overrides = {}  # dotted config overrides applied to every run
 # paired by seed. Rows: on Bandit, StarPO-PPO with the top-25% filter vs keep-all (the paper's
 # Bandit filter point, isolated on vanilla PPO; the quick profile's judged study); per env
 # (Sokoban, FrozenLake) top 25% and top 50% vs keep 100%, and top 25% vs the lowest-std and random
-# 25% controls. MDE 0.1.
-# INCONCLUSIVE when the filter kept every episode, both arms sit at the env's floor or ceiling, or
-# the study is under-powered. Headline: the Bandit row and the two top-25%-vs-all rows.
+# 25% controls. MDE 0.1. Secondary rows, the paper's "delays the collapse" (late success cannot
+# show it: two arms that both collapsed before the last third tie at the floor): each filter vs
+# keep-all pair by its collapse step (01's definition, on training success, censored at the
+# horizon), MDE 10 steps on Bandit, 5 elsewhere, as 01's rows.
+# INCONCLUSIVE when the filter kept every episode, or chose by reward std on under half the steps of
+# every stretch from the start of 10 steps or more (tied groups leave top-k to the order; an arm that
+# converged or collapsed ties from then on, and had chosen until then), when both arms sit at the
+# env's floor or ceiling, when no run collapsed, or when the study is under-powered. Headline: the
+# Bandit row and the two top-25%-vs-all rows.
 
 # %%
 from IPython.display import display
@@ -55,6 +61,22 @@ def label(row):
 
 def claim(id_, text, env):
     return analysis.Claim(id_, text, "val/success", mde=0.1, env=env, mechanism="filter")
+
+
+COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}  # steps, as 01's rows
+
+
+def collapse_claim(late):
+    """`late`'s arms again, by collapse step."""
+    return analysis.Claim(
+        f"{late.id} collapse",
+        late.text.replace(" beats ", " collapses later than "),
+        "rollout/success",
+        mde=COLLAPSE_MDE[late.env],
+        score="collapse",
+        env=late.env,
+        mechanism="filter",
+    )
 
 
 STUDIES = [
@@ -78,6 +100,7 @@ for env in ("sokoban", "frozenlake"):
                 {"cfg.env.name": env, "variant": b},
             )
         )
+STUDIES += [(collapse_claim(c), a, b) for c, a, b in list(STUDIES) if b["variant"].endswith("top 100%")]
 PRIMARY = ["bandit top25 vs all", "sokoban top 25% vs top 100%", "frozenlake top 25% vs top 100%"]
 print(analysis.criteria(STUDIES))
 

@@ -35,8 +35,12 @@ overrides = {}  # dotted config overrides applied to every run
 # rewards' spread: too small to move a return, so removing it cannot act); (b) ε_high 0.28 beats
 # 0.2, at KL 0.001 and at 0 (INCONCLUSIVE when ε_high 0.2's upper bound clipped under 1% of tokens,
 # the only ones 0.28 lets through, or one optimizer step per batch left the ratio at 1: clip-higher
-# cannot act); (c) StarPO-S beats vanilla StarPO-PPO on Bandit, Sokoban and FrozenLake. Every row INCONCLUSIVE
-# at the env's floor or ceiling, or under-powered.
+# cannot act); (c) StarPO-S beats vanilla StarPO-PPO on Bandit, Sokoban and FrozenLake. Secondary
+# rows, the paper's "delays the collapse" (late success cannot show it: two arms that both collapsed
+# before the last third tie at the floor): each (a), (b) and (c) pair by its collapse step (01's
+# definition, on training success, censored at the horizon), MDE 10 steps on Bandit, 5 elsewhere,
+# as 01's rows. Every row INCONCLUSIVE at the env's floor or ceiling, when no run collapsed
+# (collapse rows), or under-powered.
 # Headline: the three (c) rows (the paper's main claim); (a) and (b) are secondary.
 
 # %%
@@ -54,7 +58,20 @@ def ppo(kl, clip, env="sokoban"):
     }
 
 
+COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}  # steps, as 01's rows
+
+
 def claim(id_, text, env="sokoban", mechanism=None, score="late"):
+    if score == "collapse":  # 01's definition: on training success, censored at the horizon
+        return analysis.Claim(
+            f"{id_} collapse",
+            text.replace(" beats ", " collapses later than "),
+            "rollout/success",
+            mde=COLLAPSE_MDE[env],
+            env=env,
+            mechanism=mechanism,
+            score=score,
+        )
     return analysis.Claim(id_, text, "val/success", mde=0.1, env=env, mechanism=mechanism, score=score)
 
 
@@ -95,6 +112,12 @@ STUDIES = [
         )
         for env in ("bandit", "sokoban", "frozenlake")
     ],
+]
+# every pair again by its collapse step (secondary): the paper's "delays the collapse"
+STUDIES += [
+    (claim(c.id, c.text, c.env, c.mechanism, "collapse"), a, b)
+    for c, a, b in list(STUDIES)
+    if c.score == "late"
 ]
 PRIMARY = ["(c) bandit", "(c) sokoban", "(c) frozenlake"]
 print(analysis.criteria(STUDIES))

@@ -113,9 +113,15 @@ MIN_CLIP_FRAC = 0.01
 MIN_KL_SHARE = 0.01
 MIN_SEEDS = 3
 #: A filter chose by uncertainty when its kept groups' reward std beat all groups' on at least this
-#: share of the steps (filter claims): on the others every group tied, and top-k kept the first ones,
-#: the unfiltered arm's choice in all but the batch size.
+#: share of the steps of some stretch from the start of the run of at least `MIN_FILTER_STEPS` steps
+#: (filter claims): on the others every group tied, and top-k kept the first ones, the unfiltered
+#: arm's choice in all but the batch size. A stretch from the start, not the whole run: an arm that
+#: converged or collapsed ties from then on (on Bandit a group shares its payout, so every group of
+#: an arm that always pulls one arm has std 0), and had chosen until then; what follows is the
+#: outcome its claim scores, not a filter that did not act (the whole-run share read a filter arm at
+#: success 1 from step 40 of 150 as inactive: 27%).
 MIN_FILTER_SHARE = 0.5
+MIN_FILTER_STEPS = 10
 #: A think arm thought when its parsed <think> text averaged at least this many tokens a turn, over
 #: all its turns (`reasoning/length` × `reasoning/matched`; think claims): an empty
 #: `<think></think>` passes the format check, and tags that matched on a few turns are not thinking.
@@ -747,14 +753,20 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
             # Groups tied in reward std (all 0: every answer of a group scored the same) leave the
             # top-k choice to the order: the filter kept groups, but not by their std. (A random
             # filter chooses by design without it: not checked.)
-            both = df[["reward/group_std", "reward/group_std_kept"]].dropna()
+            both = df[["step", "reward/group_std", "reward/group_std_kept"]].dropna()
             kept, every = both["reward/group_std_kept"], both["reward/group_std"]
             chose = kept > every + 1e-9 if modes == {"top"} else kept < every - 1e-9
-            if len(both) and chose.mean() < MIN_FILTER_SHARE:
+            # the share of its seeds' steps where it chose, over the first n logged steps, at the
+            # best n of at least MIN_FILTER_STEPS (all of them in a shorter run)
+            by_step = chose.groupby(both["step"]).mean().sort_index()
+            first = min(MIN_FILTER_STEPS, len(by_step))
+            best = float(by_step.expanding().mean().iloc[first - 1 :].max()) if len(by_step) else 1.0
+            if best < MIN_FILTER_SHARE:
                 which = "exceeded" if modes == {"top"} else "fell below"
                 return (
-                    f"the kept groups' reward std {which} all groups' on {chose.mean():.0%} of the "
-                    f"steps (< {MIN_FILTER_SHARE:.0%}; on the others every group had the same std): "
+                    f"the kept groups' reward std {which} all groups' on at most {best:.0%} of the "
+                    f"steps of any stretch from the start of {first} steps or more "
+                    f"(< {MIN_FILTER_SHARE:.0%}; on the others every group had the same std): "
                     "the filter kept groups, but did not choose them by their std"
                 )
         return None

@@ -600,9 +600,10 @@ def test_inactive_mechanism_is_inconclusive():
     tied = df.assign(**{"reward/group_std": 0.0, "reward/group_std_kept": 0.0})
     row = analysis.judge(tied, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.reason == (
-        "mechanism did not act (filter, arm a): the kept groups' reward std exceeded all groups' on 0% "
-        "of the steps (< 50%; on the others every group had the same std): the filter kept groups, but "
-        "did not choose them by their std"
+        "mechanism did not act (filter, arm a): the kept groups' reward std exceeded all groups' on at "
+        "most 0% of the steps of any stretch from the start of 10 steps or more "
+        "(< 50%; on the others every group had the same std): the filter kept groups, but did not "
+        "choose them by their std"
     )
     # a lowest-std filter chooses by keeping less uncertain groups; a random one is not checked
     low = df.assign(
@@ -620,6 +621,40 @@ def test_inactive_mechanism_is_inconclusive():
     chose = tied.assign(**{"reward/group_std_kept": (tied["step"] % 3 != 0) * 0.3})  # 2 steps in 3
     assert analysis.judge(chose, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
         analysis.REPRODUCED
+    )
+
+
+def test_a_filter_arm_that_converged_chose_until_its_groups_tied():
+    """Bandit: a group shares its payout, so once the filter arm always pulls the high-risk arm every
+    group's std is 0 and there is nothing to choose. It chose until then (steps 0-39 of 150): the
+    whole-run share (27%) read it as a filter that did not act, and its win as INCONCLUSIVE. An arm
+    tied from the start, or choosing on a few scattered steps, still did not act."""
+    filt = analysis.Claim("filter", "filtering helps", "rollout/success", mde=0.1, mechanism="filter")
+    rows = []
+    for seed in range(4):
+        for step in range(150):
+            for arm, success in (("a", 1.0 if step >= 40 else 0.5), ("b", max(0.0, 0.5 - step / 100))):
+                rows.append(
+                    {
+                        "run_id": f"{arm}{seed}", "arm": arm, "cfg.train.seed": seed, "step": step,
+                        "done": True, "rollout/success": success, "rollout/format_valid": 1.0,
+                        "rollout/kept": 32, "cfg.train.groups": 8, "cfg.train.group_size": 16,
+                        "reward/group_std": 0.0 if step >= 40 else 0.3,
+                        "reward/group_std_kept": 0.0 if step >= 40 else 0.45,
+                    }
+                )  # fmt: skip
+    df = pd.DataFrame(rows)
+    assert analysis.mechanism_inactive(df[df["arm"] == "a"], "filter") is None
+    row = analysis.judge(df, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED
+    late_start = df.assign(**{"reward/group_std_kept": np.where(df["step"] >= 110, 0.45, 0.0)})
+    late_start["reward/group_std"] = np.where(late_start["step"] >= 110, 0.3, 0.0)
+    late_a = late_start[df["arm"] == "a"]
+    assert "on at most 27% of the steps" in analysis.mechanism_inactive(late_a, "filter")  # 40 of 150
+    scattered = df.assign(**{"reward/group_std_kept": np.where(df["step"] % 4 == 0, 0.45, 0.0)})
+    scattered["reward/group_std"] = np.where(df["step"] % 4 == 0, 0.3, 0.0)
+    assert "on at most 31% of the steps of any stretch from the start of 10" in (  # 4 of the first 13
+        analysis.mechanism_inactive(scattered[df["arm"] == "a"], "filter")
     )
 
 
