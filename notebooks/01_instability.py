@@ -111,7 +111,10 @@ df = experiments.run_finding("01_instability", profile, seeds=seeds, overrides=o
 profile, finding = df.attrs["profile"], df.attrs["finding"]
 
 # %%
-panels = ["rollout/success", "val/success", "reward/std", "policy/entropy", "policy/grad_norm"]
+# reward/group_std: the within-group reward std, RAGEN's rollout/in_group_std (the paper's "reward
+# std"); reward/std, over all P·N episodes, adds the spread between initial states. The largest of
+# a step's optimizer steps' grad norms: a spike of one mini-batch, which their mean divides (D33)
+panels = ["rollout/success", "val/success", "reward/group_std", "policy/entropy", "policy/grad_norm_max"]
 fig = plots.curves(
     df[df["study"] == "paper-mask"],
     panels,

@@ -131,9 +131,9 @@ df["variant"] = df.apply(
 )
 
 # %%
-think = df[df["cfg.rollout.enable_think"]]
+thinking = df[df["cfg.rollout.enable_think"]]  # not `think`: the selector above, which STUDIES calls
 fig11 = plots.curves(
-    think,
+    thinking,
     ["reasoning/length", "response/length", "rollout/success"],
     hue="variant",
     title="Fig. 11: reasoning length over training",

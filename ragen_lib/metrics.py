@@ -71,9 +71,14 @@ METRICS: dict[str, Metric] = {
     ),
     "rollout/kept": Metric("episodes kept", "episodes the uncertainty filter kept for the update"),
     "reward/mean": Metric("reward", "mean trajectory reward (env rewards + format terms)"),
-    "reward/std": Metric("reward std", "population std of the trajectory rewards"),
+    "reward/std": Metric(
+        "reward std",
+        "population std of the trajectory rewards, over all episodes (within and between groups)",
+    ),
     "reward/group_std": Metric(
-        "group reward std", "mean over groups of the std of their raw rewards, before the filter"
+        "group reward std",
+        "mean over groups of the std of their raw rewards, before the filter: RAGEN's rollout/in_group_std, "
+        "the paper's reward std (docs/FIDELITY.md D8)",
     ),
     "reward/group_std_kept": Metric("group reward std (kept)", "the same over the groups the filter kept"),
     "reward/frac_zero_std": Metric("groups with zero std", "fraction of groups whose rewards are all equal"),
@@ -91,6 +96,11 @@ METRICS: dict[str, Metric] = {
     ),
     "policy/grad_norm": Metric(
         "grad norm", "global gradient norm before clipping (mean over optimizer steps)"
+    ),
+    "policy/grad_norm_max": Metric(
+        "grad norm (max)",
+        "the largest of the step's optimizer steps' gradient norms before clipping: a spike of one "
+        "mini-batch, which the mean divides by their number (RAGEN logs the last one's: FIDELITY D33)",
     ),
     "policy/clip_frac_low": Metric(
         "clip fraction (low)", "fraction of tokens with A<0 and ratio < 1−clip_low"
@@ -200,7 +210,7 @@ METRICS: dict[str, Metric] = {
     "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
 }
 #: The update's statistics, one value per micro-batch (losses: per mini-batch; grad norm: per optimizer
-#: step), averaged per step.
+#: step), averaged per step (the grad norm's largest is `policy/grad_norm_max` too).
 UPDATE_KEYS = (
     "loss/policy",
     "loss/value",
@@ -292,6 +302,7 @@ def step_metrics(
         "reasoning/mi": reasoning_mi(thinks, think_states),
         "reasoning/consistency": float(kept_reasoning.mean()) if len(kept_reasoning) else 0.0,
         **{k: _finite_mean(v) for k, v in update.items()},
+        "policy/grad_norm_max": _finite_max(update.get("policy/grad_norm", [])),
         **measured,
     }
     missing = set(STEP_KEYS) - set(m) - {"time/step"}  # the step's time is taken after validation
@@ -324,6 +335,11 @@ def _finite_mean(values: list[float]) -> float:
     # as well as NaN, would otherwise make the step's mean inf.
     finite = [v for v in values if math.isfinite(v)]
     return float(np.mean(finite)) if finite else float("nan")
+
+
+def _finite_max(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]  # a skipped (overflowed) step's norm is not a spike
+    return float(max(finite)) if finite else float("nan")
 
 
 def words(text: str) -> list[str]:

@@ -124,7 +124,7 @@ def test_consistency_bonus_by_hand():
     assert consistency_bonus("search for a red shoe", ["search:red shoe"]) == pytest.approx(0.2)
 
 
-def _step_metrics(**measured):
+def _step_metrics(update=None, **measured):
     """step_metrics of two episodes (one turn, then three: 2 of 4 turns valid, 2 cut, 3 matched)."""
     episodes = {
         "rewards": torch.tensor([1.0, 0.0]),
@@ -143,7 +143,7 @@ def _step_metrics(**measured):
         group_std=torch.tensor([0.5]),
         keep=torch.tensor([0]),
         kept_reasoning=torch.zeros(2),
-        update={k: [] for k in M.UPDATE_KEYS},
+        update={**{k: [] for k in M.UPDATE_KEYS}, **(update or {})},
         **measured,
     )
 
@@ -151,6 +151,19 @@ def _step_metrics(**measured):
 def test_step_metrics_refuses_to_leave_a_name_out():
     with pytest.raises(KeyError, match="policy/entropy"):
         _step_metrics()
+
+
+def test_a_one_mini_batch_grad_norm_spike_is_logged_whole_beside_the_mean():
+    """Four optimizer steps, one of them a spike (the third overflowed and was skipped): the mean
+    divides the spike by the steps' number; policy/grad_norm_max, which 01 plots, keeps it (RAGEN
+    logs the last step's norm alone: docs/FIDELITY.md D33)."""
+    computed = ("rollout/", "reward/", "response/", "reasoning/", "policy/grad_norm")
+    from_update = ("rollout/logprob_gap", "reward/kl_penalty")
+    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k in from_update}
+    m = _step_metrics(update={"policy/grad_norm": [1.0, 9.0, math.inf, 2.0]}, **measured)
+    assert m["policy/grad_norm"] == pytest.approx(4.0) and m["policy/grad_norm_max"] == 9.0
+    nothing = _step_metrics(update={"policy/grad_norm": [math.nan]}, **measured)
+    assert math.isnan(nothing["policy/grad_norm_max"])
 
 
 def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():

@@ -27,9 +27,11 @@ def select_groups(
     """Indices (LongTensor, ascending) of the groups kept, k = max(1, round(keep_fraction · P)).
 
     Uncertainty = std of each group's RAW trajectory rewards (population std, unbiased=False),
-    measured before any GRPO normalisation. RAGEN's released code measured it after
-    normalisation, where every group's std is about 1 (or 0), so its filter kept an almost
-    arbitrary subset; we measure before. Note round() is Python's (half to even).
+    measured before any GRPO normalisation. RAGEN's released code ranks its reward scores as they
+    are after its normalisation (`agent_trainer.py:331-341`): raw for PPO (`identity`), as here;
+    for GRPO (`mean_std`) s/(s + 1e-6) of the raw std s, the same order in exact arithmetic but
+    decided by float32 rounding as s grows (docs/FIDELITY.md D8). Note round() is Python's (half
+    to even).
     mode "top": highest std (StarPO-S; zero-variance groups are dropped first); "bottom": lowest
     std; "random": uniform without replacement using `generator` (the two controls). Ties keep the
     lower index (stable sort); constant groups tie at exactly 0 (`group_reward_std`).
