@@ -42,7 +42,8 @@ overrides = {}  # dotted config overrides applied to every run
 # words of the turns that parsed, rarefied to 128 bigrams so that it does not fall merely because
 # more turns parse; a step with fewer is not measured) falls, its least-squares slope per step
 # below 0 over seeds (MDE 0.001 a step, 0.2 over the paper's 200 steps; INCONCLUSIVE when the run
-# did not reason, under one token a turn).
+# did not reason, under one token a turn, or, instead of NOT REPRODUCED, when its early distinct-2
+# leaves no room to fall by the MDE over the run).
 # Headline: the Bandit PPO rows (the paper's Echo Trap example): the diversity falls and both
 # indicators lead.
 
@@ -78,6 +79,7 @@ STUDIES = [
             score="slope",
             direction=-1,
             mechanism="think",
+            bound=0.0,  # distinct-2 cannot fall below 0
         ),
         {"cfg.env.name": env, "cfg.algo.name": algo},
         None,

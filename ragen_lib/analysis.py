@@ -355,7 +355,10 @@ class Claim:
     arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip), "kl" (arm a
     drops the KL reward arm b keeps: b's must be large enough to move returns), "filter" (arm
     a) or "think" (arm a's reasoning must be there: reasoning/length). env: whose floor and
-    ceiling bound a success score (None: not a success)."""
+    ceiling bound a success score (None: not a success). bound (slope claims): a level the metric
+    cannot pass, 0 for a length or a diversity: a slope towards it can be no steeper than its early
+    level's distance from it over the horizon (`slope_room`), and where that is under the MDE a fall
+    smaller than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED)."""
 
     id: str
     text: str
@@ -370,6 +373,7 @@ class Claim:
     test: str = "bootstrap"  # or "sign": the sign test over seeds must reach p < alpha too
     alpha: float = 0.05
     indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
+    bound: float | None = None
 
     def __post_init__(self):
         if self.score not in SCORES:
@@ -379,6 +383,8 @@ class Claim:
                 f"claim {self.id!r}: score 'lead' needs indicator=<metric> (the early warning whose drop "
                 "leads the collapse, e.g. reward/group_std)"
             )
+        if self.bound is not None and self.score != "slope":
+            raise ValueError(f"claim {self.id!r}: bound is for slope claims (score {self.score!r})")
         if self.mechanism is not None and self.mechanism not in MECHANISMS:
             raise ValueError(
                 f"claim {self.id!r}: unknown mechanism {self.mechanism!r}: {' | '.join(MECHANISMS)}"
@@ -1156,7 +1162,37 @@ def judge(
             f"the effect against{note}",
         )
     status, reason = _decision(row.ci, sa, sb, claim, paired)
+    room = slope_room(A, claim)
+    if status == NOT_REPRODUCED and room is not None and room[1] < claim.mde:
+        # Reasoning of 9 tokens cannot fall 0.05 a step for 200 steps: a fall under the MDE is all
+        # the metric had room for, so it does not exclude the claimed effect.
+        early, steepest = room
+        return replace(
+            row,
+            reason=f"floor: CI [{row.ci[0]:+.3g}, {row.ci[1]:+.3g}] under the MDE {claim.mde:g}, but arm "
+            f"a's {claim.metric} started at {_fmt(early)} (its first third), room for a slope of "
+            f"{_fmt(steepest)} a step towards {claim.bound:g} over {_horizon(A)} steps: a fall of the "
+            f"MDE's size could not happen, so this is no evidence against the claim{note}",
+        )
     return replace(row, status=status, reason=reason + note)
+
+
+def slope_room(A: pd.DataFrame, claim: Claim) -> tuple[float, float] | None:
+    """(early level, steepest slope) of arm a for a slope claim towards `claim.bound`: the mean over
+    seeds of the first third of each seed's points, and its distance from the bound over the
+    horizon, the slope of a straight fall to the bound (None for other claims or without points)."""
+    if claim.score != "slope" or claim.bound is None or claim.metric not in A:
+        return None
+    early = []
+    for _, part in A.groupby("cfg.train.seed"):
+        v = part.sort_values("step")[claim.metric].dropna()
+        if len(v):
+            early.append(float(v.iloc[: max(1, round(len(v) / 3))].mean()))
+    if not early:
+        return None
+    level = float(np.mean(early))
+    gap = (level - claim.bound) * -claim.direction  # towards the bound: > 0
+    return level, max(gap, 0.0) / max(_horizon(A), 1)
 
 
 def _late_format(A: pd.DataFrame, B: pd.DataFrame | None, metric: str):

@@ -1347,3 +1347,38 @@ def test_a_success_row_prints_each_arms_late_format_valid_rate(tmp_path, monkeyp
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     analysis.Verdict("09_x", "a claim", [row], primary=["late"]).write("smoke")
     assert "late format-valid a 0.9, b 0.5 |" in analysis.report("smoke").read_text()
+
+
+def test_a_fall_the_metric_has_no_room_for_is_no_evidence_against_it():
+    """06's Fig. 11: reasoning that starts at 9 tokens cannot fall at the MDE's 0.05 tokens a step
+    for 200 steps (10 tokens). Seeds that fall by 0.013 a step on average, some not at all, gave a
+    CI [-0.005, 0.03] under the MDE: NOT REPRODUCED, though the metric had room for no more. With
+    the claim's bound (0), INCONCLUSIVE; reasoning that starts at 40 tokens still excludes it."""
+
+    def claim(bound):
+        return analysis.Claim(
+            "fig11", "reasoning shortens", "reasoning/length", 0.05, score="slope", direction=-1, bound=bound
+        )
+
+    def reasoning(start):
+        df = runs_df({"a": 0.5}, steps=200)
+        fall = df["cfg.train.seed"].map({0: 0.03, 1: -0.01, 2: 0.02, 3: 0.0, 4: 0.025})
+        df["reasoning/length"] = start - fall * df["step"]
+        return df
+
+    short = reasoning(9.0)
+    assert analysis.judge(short, claim(None), {"arm": "a"}, None).status == analysis.NOT_REPRODUCED
+    row = analysis.judge(short, claim(0.0), {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: CI [-0.00")
+    early, steepest = analysis.slope_room(short, claim(0.0))
+    assert early == pytest.approx(9.0 - 0.013 * 33) and steepest == pytest.approx(early / 200)
+    assert "room for a slope of 0.0429 a step towards 0 over 200 steps: a fall of the MDE's" in row.reason
+    long = reasoning(40.0)
+    assert analysis.judge(long, claim(0.0), {"arm": "a"}, None).status == analysis.NOT_REPRODUCED
+    # a fall the CI sees is still a fall, however short the reasoning
+    steady = short.assign(
+        **{"reasoning/length": 9.0 - (0.02 + 0.001 * short["cfg.train.seed"]) * short["step"]}
+    )
+    assert analysis.judge(steady, claim(0.0), {"arm": "a"}, None).status == analysis.REPRODUCED
+    with pytest.raises(ValueError, match="bound is for slope claims"):
+        analysis.Claim("x", "x", "val/success", 0.1, bound=0.0)
