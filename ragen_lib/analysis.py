@@ -358,7 +358,11 @@ class Claim:
     ceiling bound a success score (None: not a success). bound (slope claims): a level the metric
     cannot pass, 0 for a length or a diversity: a slope towards it can be no steeper than its early
     level's distance from it over the horizon (`slope_room`), and where that is under the MDE a fall
-    smaller than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED)."""
+    smaller than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED).
+    above_chance (success claims with an env): each arm scored as its success less its own random
+    play (`arm_reference`), so arms whose action budgets differ are compared on what training added:
+    05's Table 3 pairs k actions a turn with a 5k budget, and random play alone rises from 0.11 at
+    k = 1 to 0.29 at k = 5 on Sokoban, the paper's whole 12.1 → 28.1."""
 
     id: str
     text: str
@@ -374,6 +378,7 @@ class Claim:
     alpha: float = 0.05
     indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
     bound: float | None = None
+    above_chance: bool = False
 
     def __post_init__(self):
         if self.score not in SCORES:
@@ -382,6 +387,11 @@ class Claim:
             raise ValueError(
                 f"claim {self.id!r}: score 'lead' needs indicator=<metric> (the early warning whose drop "
                 "leads the collapse, e.g. reward/group_std)"
+            )
+        if self.above_chance and (self.env is None or "success" not in self.metric):
+            raise ValueError(
+                f"claim {self.id!r}: above_chance scores a success metric against its env's random "
+                f"play: set env= and a success metric (got {self.metric!r}, env {self.env!r})"
             )
         if self.bound is not None and self.score != "slope":
             raise ValueError(f"claim {self.id!r}: bound is for slope claims (score {self.score!r})")
@@ -601,7 +611,8 @@ def bootstrap_ci(
             if rate and len(r["points"]):
                 p = np.clip(r["points"], 0.0, 1.0)
                 drawn = rng.binomial(int(r["n"]), p) / int(r["n"])
-                vals.append(float(np.average(drawn, weights=r["weights"])))  # None: equal weights
+                # less the arm's random play where the claim scores above chance (0 else)
+                vals.append(float(np.average(drawn, weights=r["weights"])) - float(r.get("offset", 0.0)))
             else:
                 vals.append(float(r["score"]))
         return float(np.mean(vals))
@@ -1106,6 +1117,17 @@ def judge(
                 reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} "
                 f"of the expert ({_pair(fa[1], fb[1])}) on {fc_name}",
             )
+    if claim.above_chance:
+        if fa is None:
+            return replace(row, reason="no data: above_chance needs the env's random play (floor_ceiling)")
+        # from here on each arm's score is what it reached beyond its own random play
+        sa, sb = (
+            sa.assign(score=sa["score"] - fa[0], offset=fa[0]),
+            sb.assign(score=sb["score"] - fb[0], offset=fb[0]),
+        )
+        row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
+        row.effect = (row.a - row.b) * claim.direction
+        floor_note += f"; scored above each arm's own random play ({_pair(fa[0], fb[0])})"
     if claim.score == "collapse" and sa["censored"].all() and sb["censored"].all():
         horizon = int(sa["horizon"].max())
         return replace(

@@ -1382,3 +1382,37 @@ def test_a_fall_the_metric_has_no_room_for_is_no_evidence_against_it():
     assert analysis.judge(steady, claim(0.0), {"arm": "a"}, None).status == analysis.REPRODUCED
     with pytest.raises(ValueError, match="bound is for slope claims"):
         analysis.Claim("x", "x", "val/success", 0.1, bound=0.0)
+
+
+def test_above_chance_compares_arms_with_different_budgets_on_what_training_added():
+    """05's Table 3 pairs k actions a turn with a 5k budget: Sokoban's random play is 0.27 at k = 5
+    (25 actions) and 0.11 at k = 1 (5 actions) on these states. Two arms each about 0.12 above their
+    own random play (0.40 vs 0.225) read REPRODUCED, +0.175, from the budget alone; scored above
+    chance they differ by 0.008, under the MDE."""
+
+    def arm(k, success):
+        df = runs_df({f"k{k}": success})
+        limits = {"cfg.rollout.max_actions_per_turn": k, "cfg.rollout.max_actions_per_episode": 5 * k}
+        return df.assign(**{"cfg.env.name": "sokoban", "cfg.train.steps": 30, **limits})
+
+    df = pd.concat(
+        [arm(5, lambda seed, step: 0.40 + 0.01 * seed), arm(1, lambda seed, step: 0.225 + 0.01 * seed)]
+    )
+    (chance_5, _), (chance_1, _) = (
+        analysis.arm_reference(df[df["arm"] == a], "sokoban") for a in ("k5", "k1")
+    )
+    raw = analysis.Claim("t3", "5 beats 1", "val/success", 0.1, env="sokoban")
+    row = analysis.judge(df, raw, {"arm": "k5"}, {"arm": "k1"})
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.175)
+    above = analysis.Claim(
+        "t3 above chance", "5 beats 1", "val/success", 0.1, env="sokoban", above_chance=True
+    )
+    row = analysis.judge(df, above, {"arm": "k5"}, {"arm": "k1"})
+    assert row.effect == pytest.approx(0.175 - (chance_5 - chance_1)) and abs(row.effect) < 0.02
+    assert row.a == pytest.approx(0.42 - chance_5) and row.b == pytest.approx(0.245 - chance_1)
+    assert row.status == analysis.NOT_REPRODUCED and row.ci[1] < 0.1
+    assert f"scored above each arm's own random play (a {chance_5:.3g}, b {chance_1:.3g})" in row.reason
+    with pytest.raises(
+        ValueError, match="above_chance scores a success metric against its env's random play"
+    ):
+        analysis.Claim("x", "x", "reasoning/length", 0.1, above_chance=True)
