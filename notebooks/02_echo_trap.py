@@ -18,8 +18,8 @@
 #
 # **Claim.** In long vanilla StarPO runs the reasoning collapses into repeated templates ("My
 # initial intention is to pick arm Dragon", after about 150 steps on Bandit) and success falls.
-# Before the fall, the in-group reward std and the entropy of the generated tokens drop (early
-# warnings); a reward plateau and gradient-norm spikes confirm it.
+# Before the fall, the in-group reward std and the policy's entropy drop (early warnings); a reward
+# plateau and gradient-norm spikes confirm it.
 
 # %% tags=["parameters"]
 profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
@@ -35,7 +35,9 @@ overrides = {}  # dotted config overrides applied to every run
 # first third of the run and stays there for 5 steps (`analysis.drop_step`: smoothed and held as the
 # collapse is, since one step's reward std is noisy); its lead is collapse − drop (0 when it never
 # dropped; a run whose indicator cannot be read, not logged or flat at 0 early, is left out, named).
-# One row per run and indicator (in-group reward std, entropy): the lead is positive over
+# One row per run and indicator (in-group reward std; entropy as RAGEN logs it, over the loss mask,
+# which with the paper's mask averages the prompt and observations too; and, secondary, the entropy
+# of the sampled tokens alone): the lead is positive over
 # seeds (MDE 2 steps). INCONCLUSIVE when no run collapsed (censored: nothing to warn about) or with
 # fewer than 3 seeds that did; a run that did not collapse has no lead and is left out, named in the
 # row's reason. The Echo Trap itself, one row per run: the reasoning's diversity (distinct-2 of the
@@ -53,7 +55,11 @@ from IPython.display import display
 from ragen_lib import analysis, experiments, plots
 
 RUNS = [("bandit", "starpo-ppo"), ("sokoban", "starpo-ppo"), ("sokoban", "starpo-grpo")]
-INDICATORS = {"reward/group_std": "std", "policy/entropy": "entropy"}
+INDICATORS = {
+    "reward/group_std": "std",
+    "policy/entropy": "entropy",  # RAGEN's: the loss mask's tokens (the paper mask: prompt included)
+    "policy/entropy_response": "sampled-token entropy",  # the model's own tokens alone (secondary)
+}
 STUDIES = [
     (
         analysis.Claim(
@@ -112,7 +118,8 @@ fig = plots.curves(  # rollout/success: the curve the lead and collapse rows are
         analysis.success_metric(df),
         "reward/group_std",
         "policy/entropy",
-        "policy/grad_norm",
+        "policy/entropy_response",
+        "policy/grad_norm_max",
         "reasoning/distinct2",
         "reasoning/mi",
     ],

@@ -89,6 +89,11 @@ METRICS: dict[str, Metric] = {
         "episode, to set beside reward/std; NaN when no KL reward runs",
     ),
     "policy/entropy": Metric("entropy", "mean per-token entropy of the policy on the loss mask"),
+    "policy/entropy_response": Metric(
+        "entropy (sampled tokens)",
+        "the same over the tokens the model sampled alone: with the paper's loss mask, policy/entropy "
+        "also averages the prompt and observations (RAGEN's, D2)",
+    ),
     "policy/kl_ref": Metric(
         "KL to reference",
         "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update "

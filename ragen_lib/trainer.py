@@ -420,15 +420,18 @@ def _batch_metrics(
     shard: Shard,
     with_ref: bool = True,
 ) -> dict:
-    """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens;
+    """Entropy, KL to the reference and the critic's explained variance over every rank's loss tokens
+    (entropy also over the generated tokens alone);
     the sampler–update log-prob gap over the kept rows' generated tokens (read from the rollout batch
     here, not carried in `data`, which every micro-batch copies to the device)."""
-    mask = data["loss_mask"]
+    mask, sampled = data["loss_mask"], full.loss_mask[shard.rows]  # the loss's tokens; the model's own
     kl = A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1")
     gap = (full.sample_logprobs[shard.rows] - data["old_logp"]).abs()
     return {
-        "rollout/logprob_gap": float(ranks.masked_mean(gap, full.loss_mask[shard.rows])),
+        "rollout/logprob_gap": float(ranks.masked_mean(gap, sampled)),
         "policy/entropy": float(ranks.masked_mean(data["entropy"], mask)),
+        # the paper mask's loss covers the prompt and observations too: the sampled tokens' alone
+        "policy/entropy_response": float(ranks.masked_mean(data["entropy"], sampled)),
         "policy/kl_ref": float(ranks.masked_mean(kl, mask)) if with_ref else float("nan"),
         "critic/explained_var": M.explained_variance(data["values"], returns, mask, ranks.masked_mean)
         if has_critic

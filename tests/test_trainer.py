@@ -68,6 +68,10 @@ def test_every_algorithm_runs_and_logs_the_step_keys(algo, env):
     assert all(math.isfinite(r[k]) == (algo == "apo") for r in rows for k in apo)
     # the KL reward's size: only StarPO-PPO puts a KL in the reward (GRPO's is a loss term)
     assert all(math.isfinite(r["reward/kl_penalty"]) == (algo == "starpo-ppo") for r in rows)
+    # entropy over the loss mask (the paper mask: prompt and observations too) and over the sampled
+    # tokens alone; A*-PO trains on the sampled tokens, where the two are one number
+    same = [r["policy/entropy"] == pytest.approx(r["policy/entropy_response"]) for r in rows]
+    assert all(same) if algo == "apo" else not any(same)
 
 
 def test_the_kl_reward_size_is_the_coefficient_times_the_summed_kl():
