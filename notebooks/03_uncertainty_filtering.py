@@ -63,22 +63,6 @@ def claim(id_, text, env):
     return analysis.Claim(id_, text, "val/success", mde=0.1, env=env, mechanism="filter")
 
 
-COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}  # steps, as 01's rows
-
-
-def collapse_claim(late):
-    """`late`'s arms again, by collapse step."""
-    return analysis.Claim(
-        f"{late.id} collapse",
-        late.text.replace(" beats ", " collapses later than "),
-        "rollout/success",
-        mde=COLLAPSE_MDE[late.env],
-        score="collapse",
-        env=late.env,
-        mechanism="filter",
-    )
-
-
 STUDIES = [
     (
         claim("bandit top25 vs all", "Bandit PPO: top-25% filter beats keeping all", "bandit"),
@@ -100,7 +84,7 @@ for env in ("sokoban", "frozenlake"):
                 {"cfg.env.name": env, "variant": b},
             )
         )
-STUDIES += [(collapse_claim(c), a, b) for c, a, b in list(STUDIES) if b["variant"].endswith("top 100%")]
+STUDIES += [(analysis.by_collapse(c), a, b) for c, a, b in list(STUDIES) if b["variant"].endswith("top 100%")]
 PRIMARY = ["bandit top25 vs all", "sokoban top 25% vs top 100%", "frozenlake top 25% vs top 100%"]
 print(analysis.criteria(STUDIES))
 

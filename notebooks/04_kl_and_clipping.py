@@ -58,20 +58,7 @@ def ppo(kl, clip, env="sokoban"):
     }
 
 
-COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}  # steps, as 01's rows
-
-
 def claim(id_, text, env="sokoban", mechanism=None, score="late"):
-    if score == "collapse":  # 01's definition: on training success, censored at the horizon
-        return analysis.Claim(
-            f"{id_} collapse",
-            text.replace(" beats ", " collapses later than "),
-            "rollout/success",
-            mde=COLLAPSE_MDE[env],
-            env=env,
-            mechanism=mechanism,
-            score=score,
-        )
     return analysis.Claim(id_, text, "val/success", mde=0.1, env=env, mechanism=mechanism, score=score)
 
 
@@ -114,11 +101,7 @@ STUDIES = [
     ],
 ]
 # every pair again by its collapse step (secondary): the paper's "delays the collapse"
-STUDIES += [
-    (claim(c.id, c.text, c.env, c.mechanism, "collapse"), a, b)
-    for c, a, b in list(STUDIES)
-    if c.score == "late"
-]
+STUDIES += [(analysis.by_collapse(c), a, b) for c, a, b in list(STUDIES) if c.score == "late"]
 PRIMARY = ["(c) bandit", "(c) sokoban", "(c) frozenlake"]
 print(analysis.criteria(STUDIES))
 

@@ -1199,17 +1199,36 @@ def judge(
     return replace(row, status=status, reason=reason + note)
 
 
+COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}
+"""Collapse rows' MDE in steps per env: under the paper's gaps (GRPO at about 20 and 10 steps, PPO
+at 100 and 50 on Bandit and Sokoban; the filter moves FrozenLake's from 100 to 140)."""
+
+
+def by_collapse(late: Claim) -> Claim:
+    """`late`'s pair judged again by its collapse step (training success, censored at the horizon,
+    MDE `COLLAPSE_MDE`), with its env and mechanism: where the paper claims a delayed collapse, a
+    late score ties two arms that both fell before the last third at the floor."""
+    return replace(
+        late,
+        id=f"{late.id} collapse",
+        text=late.text.replace(" beats ", " collapses later than "),
+        metric="rollout/success",
+        mde=COLLAPSE_MDE[late.env],
+        score="collapse",
+    )
+
+
 def slope_room(A: pd.DataFrame, claim: Claim) -> tuple[float, float] | None:
     """(early level, steepest slope) of arm a for a slope claim towards `claim.bound`: the mean over
     seeds of the first third of each seed's points, and its distance from the bound over the
     horizon, the slope of a straight fall to the bound (None for other claims or without points)."""
     if claim.score != "slope" or claim.bound is None or claim.metric not in A:
         return None
-    early = []
-    for _, part in A.groupby("cfg.train.seed"):
-        v = part.sort_values("step")[claim.metric].dropna()
-        if len(v):
-            early.append(float(v.iloc[: max(1, round(len(v) / 3))].mean()))
+    early = [
+        early_mean(part.set_index("step")[claim.metric].sort_index())
+        for _, part in A.groupby("cfg.train.seed")
+    ]
+    early = [x for x in early if x == x]  # a seed with no points has no early level
     if not early:
         return None
     level = float(np.mean(early))

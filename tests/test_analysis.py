@@ -1416,3 +1416,18 @@ def test_above_chance_compares_arms_with_different_budgets_on_what_training_adde
         ValueError, match="above_chance scores a success metric against its env's random play"
     ):
         analysis.Claim("x", "x", "reasoning/length", 0.1, above_chance=True)
+
+
+def test_by_collapse_judges_a_late_claims_pair_by_its_collapse_step():
+    late = analysis.Claim(
+        "(a) no KL", "no KL beats KL 0.001", "val/success", 0.1, env="sokoban", mechanism="kl"
+    )
+    twin = analysis.by_collapse(late)
+    assert (twin.id, twin.text, twin.metric, twin.score) == (
+        "(a) no KL collapse",
+        "no KL collapses later than KL 0.001",
+        "rollout/success",
+        "collapse",
+    )
+    assert (twin.mde, twin.env, twin.mechanism) == (5, "sokoban", "kl")
+    assert analysis.by_collapse(analysis.Claim("b", "x beats y", "val/success", 0.1, env="bandit")).mde == 10
