@@ -19,7 +19,9 @@ How a row is decided, in this order (the first that applies wins):
    step per batch, so the ratio is always 1; `kl`: arm b's KL reward, kl_coef · Σ|KL_t| per
    episode, below 1% of the spread of the trajectory rewards; `filter`: arm a's filter kept every
    episode; `think`: arm a's reasoning averaged under one token a turn, where an empty
-   `<think></think>` still passes the format check).
+   `<think></think>` still passes the format check; `actions`, both arms: the smaller per-turn
+   action limit dropped pieces on under 5% of its arm's turns and the larger limit's arm wrote no
+   more actions a turn, on average, than the smaller allows: 05's Table 3 arms then played alike).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score at most the MDE above the env's
    random-policy success (floor) or within the MDE of its expert success (ceiling), from
    `baselines.reference_success`: each arm's own, within the action budget its runs played under
@@ -122,6 +124,12 @@ MIN_SEEDS = 3
 #: success 1 from step 40 of 150 as inactive: 27%).
 MIN_FILTER_SHARE = 0.5
 MIN_FILTER_STEPS = 10
+#: Two per-turn action limits separated the arms when the smaller limit dropped the pieces past it on
+#: at least this share of its arm's matched turns (`rollout/actions_dropped`; actions claims), or
+#: the larger limit's arm wrote more actions a turn on average than the smaller allows
+#: (`rollout/actions_written`). Otherwise both arms played what either limit would have let through,
+#: and only the action budget printed in the prompt differed.
+MIN_ACTIONS_DROPPED = 0.05
 #: A think arm thought when its parsed <think> text averaged at least this many tokens a turn, over
 #: all its turns (`reasoning/length` × `reasoning/matched`; think claims): an empty
 #: `<think></think>` passes the format check, and tags that matched on a few turns are not thinking.
@@ -354,7 +362,8 @@ class Claim:
     "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
     arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip), "kl" (arm a
     drops the KL reward arm b keeps: b's must be large enough to move returns), "filter" (arm
-    a) or "think" (arm a's reasoning must be there: reasoning/length). env: whose floor and
+    a), "think" (arm a's reasoning must be there: reasoning/length) or "actions" (the arms' per-turn
+    action limits must have separated their play: `actions_inactive`). env: whose floor and
     ceiling bound a success score (None: not a success). bound (slope claims): a level the metric
     cannot pass, 0 for a length or a diversity: a slope towards it can be no steeper than its early
     level's distance from it over the horizon (`slope_room`), and where that is under the MDE a fall
@@ -787,20 +796,80 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
                     "the filter kept groups, but did not choose them by their std"
                 )
         return None
+    if mechanism == "actions":
+        raise ValueError("mechanism 'actions' compares the two arms' limits: call actions_inactive(A, B)")
     raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
 
 
 CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
 #: Scores that depend on how long a run trained: arms with different horizons are not compared.
 HORIZON_SCORES = ("late", "auc", "peak", "slope", "collapse", "lead")
-MECHANISMS = ("clip", "clip_high", "kl", "filter", "think")
+MECHANISMS = ("clip", "clip_high", "kl", "filter", "think", "actions")
 
 
 def mechanism_arm(mechanism: str | None) -> str:
     """Which arm shows whether `mechanism` acted: "b" for clip_high (the lower ε_high: the tokens
     its upper bound clips are the ones arm a's higher bound would let through) and for kl (the arm
-    that keeps the KL: "no KL beats KL"), else "a"."""
+    that keeps the KL: "no KL beats KL"), "a and b" for actions (`actions_inactive`), else "a"."""
+    if mechanism == "actions":
+        return "a and b"
     return "b" if mechanism in ("clip_high", "kl") else "a"
+
+
+PER_TURN = "cfg.rollout.max_actions_per_turn"
+
+
+def per_turn_limit(part: pd.DataFrame) -> int | None:
+    """The one per-turn action limit an arm's runs played under (`rollout.max_actions_per_turn`, the
+    env's default where unset), or None where its runs differ."""
+    from ragen_lib import envs
+
+    cols = [c for c in (PER_TURN, "cfg.env.name") if c in part]
+    limits = set()
+    for _, r in part[cols].drop_duplicates().iterrows():
+        if PER_TURN in r and pd.notna(r[PER_TURN]):
+            limits.add(int(r[PER_TURN]))
+        else:
+            limits.add(envs.make(r["cfg.env.name"]).max_actions_per_turn)
+    return limits.pop() if len(limits) == 1 else None
+
+
+def actions_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
+    """Why two arms' per-turn action limits did not separate their play, or None when they did (05's
+    Table 3: k actions a turn with a 5k budget). Two limits differ only where an answer wrote more
+    actions than the smaller one allows: the smaller limit then dropped pieces the larger would have
+    played (`rollout/actions_dropped`, its arm), or the larger limit's arm played past the smaller
+    (`rollout/actions_written` above the smaller limit, its arm's mean). Below `MIN_ACTIONS_DROPPED`
+    and at or under the limit, both arms played what either limit allowed: the warm-up teaches every
+    arm the env's default of 5 a turn, so a 7-action arm that never writes more than 5 plays as the
+    5-action arm does, and 5 vs 7 compares a prompt's printed budget. A larger arm that passed the
+    smaller limit on a minority of its turns, with a mean under it, is not seen here: the row then
+    errs to INCONCLUSIVE."""
+    limits = {"a": per_turn_limit(A), "b": per_turn_limit(B)}
+    if None in limits.values():
+        which = "a" if limits["a"] is None else "b"
+        return f"arm {which}'s runs played under different per-turn action limits ({PER_TURN})"
+    if limits["a"] == limits["b"]:
+        return f"both arms allow {limits['a']} actions a turn: no limit was manipulated"
+    small, large = sorted(limits, key=limits.get)
+    parts = {"a": A, "b": B}
+    for arm, c in ((small, "rollout/actions_dropped"), (large, "rollout/actions_written")):
+        if c not in parts[arm]:
+            return f"no {c} logged (runs stored before 2026-12-02 lack it): whether a limit bound is unknown"
+        if parts[arm][c].isna().all():
+            return (
+                f"arm {arm}'s {c} is NaN at every step: no turn's tags matched, so no answer wrote an "
+                "action to count"
+            )
+    dropped = float(parts[small]["rollout/actions_dropped"].mean())
+    written = float(parts[large]["rollout/actions_written"].mean())
+    if dropped >= MIN_ACTIONS_DROPPED or written > limits[small]:
+        return None
+    return (
+        f"the {limits[small]}-action arm ({small}) wrote past its limit on {dropped:.0%} of its turns "
+        f"(< {MIN_ACTIONS_DROPPED:.0%}) and the {limits[large]}-action arm ({large}) wrote "
+        f"{_fmt(written)} actions a turn (≤ {limits[small]}): both played what either limit allowed"
+    )
 
 
 MIN_REFERENCE_STATES = 64
@@ -1054,7 +1123,10 @@ def judge(
         # without this, a misspelt indicator would read as "never dropped": a lead of 0 in every seed
         return replace(row, reason=f"no data: no {claim.indicator} logged (the lead's indicator)")
     arm = mechanism_arm(claim.mechanism)
-    why = mechanism_inactive(B if arm == "b" else A, claim.mechanism)
+    if claim.mechanism == "actions":  # the two arms' limits, side by side
+        why = actions_inactive(A, B)
+    else:
+        why = mechanism_inactive(B if arm == "b" else A, claim.mechanism)
     if why:
         return replace(row, reason=f"mechanism did not act ({claim.mechanism}, arm {arm}): {why}")
     sa = seed_scores(A, claim)

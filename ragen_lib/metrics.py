@@ -63,6 +63,18 @@ METRICS: dict[str, Metric] = {
         "which turns)",
     ),
     "rollout/turns": Metric("turns", "mean turns per episode"),
+    "rollout/actions_written": Metric(
+        "actions written a turn",
+        "mean action pieces an answer wrote, valid or not, before the per-turn cut, over the turns "
+        "whose tags matched (NaN: none did): what the model tried to play, where "
+        "rollout.max_actions_per_turn says what it could (05's Table 3)",
+    ),
+    "rollout/actions_dropped": Metric(
+        "answers past the per-turn limit",
+        "fraction of the turns whose tags matched where the answer wrote more actions than "
+        "rollout.max_actions_per_turn, the rest dropped unjudged as RAGEN does (NaN: none matched): "
+        "how often the limit bound",
+    ),
     "rollout/logprob_gap": Metric(
         "sampler–trainer log-prob gap",
         "mean |log π_sampler − log π_old| over the generated tokens: the sampler's log-probs (KV cache, "
@@ -278,7 +290,8 @@ def step_metrics(
 
     `episodes`: every rank's episodes of the step (rewards, success, truncated, num_turns,
     gen_tokens, seeds, thinks: the reasoning of each turn whose tags matched
-    (`RolloutBatch.reasoning`), turn_format_valid, turn_cut); `group_std` (P,) the groups' raw-reward std and
+    (`RolloutBatch.reasoning`), turn_format_valid, turn_cut, turn_written and turn_dropped (the
+    matched turns', `RolloutBatch.written`)); `group_std` (P,) the groups' raw-reward std and
     `keep` the kept groups' indices; `kept_reasoning` (B_all,) the kept episodes' consistency bonus;
     `update`: per optimizer step / micro-batch values of the update, averaged here (NaNs ignored);
     `measured`: the remaining metrics, already reduced (entropy, KL, times, …), by their names.
@@ -287,6 +300,8 @@ def step_metrics(
     think_states = [episodes["seeds"][i] for i, ep in enumerate(episodes["thinks"]) for _ in ep]
     turn_valid = [f for ep in episodes["turn_format_valid"] for f in ep]
     turn_cut = [c for ep in episodes["turn_cut"] for c in ep]
+    written = [w for ep in episodes["turn_written"] for w in ep]
+    dropped = [d > 0 for ep in episodes["turn_dropped"] for d in ep]
     reasoning = reasoning_stats(tokenizer, thinks)
     m = {
         "rollout/success": float(episodes["success"].float().mean()),
@@ -294,6 +309,8 @@ def step_metrics(
         "rollout/truncated": float(episodes["truncated"].float().mean()),
         "rollout/answer_cut": sum(turn_cut) / max(len(turn_cut), 1),
         "rollout/turns": float(episodes["num_turns"].float().mean()),
+        "rollout/actions_written": float(np.mean(written)) if written else math.nan,
+        "rollout/actions_dropped": float(np.mean(dropped)) if dropped else math.nan,
         "rollout/kept": len(kept_reasoning),
         "reward/mean": float(episodes["rewards"].mean()),
         "reward/std": float(episodes["rewards"].std(unbiased=False)),

@@ -63,6 +63,10 @@ class ParsedTurn:
     invalid: tuple[str, ...]  # the kept pieces the env rejected
     reason: str  # why format_valid is False ("" when valid), for logs and the echo-trap tables
     matched: bool = True  # the tag pattern was found
+    # The answer's pieces before the per-turn cut, and how many of them the cut dropped unjudged:
+    # what the model wrote, where `actions` is what the limit let it play (05's Table 3).
+    written: int = 0
+    dropped: int = 0
 
     def cleaned(self, enable_think: bool = True) -> str:
         """The response as RAGEN re-renders it into later prompts and its training sequence
@@ -97,6 +101,7 @@ def parse_response(
         think, answer = think.replace(s, ""), answer.replace(s, "")
     think, answer = think.strip(), answer.strip()
     pieces = [p.strip() for p in answer.split(ACTION_SEPARATOR) if p.strip()]
+    written = len(pieces)
     if len(pieces) > max_actions_per_turn:
         pieces = pieces[:max_actions_per_turn]
         answer = f" {ACTION_SEPARATOR} ".join(pieces)
@@ -113,7 +118,14 @@ def parse_response(
     elif invalid:
         reason = f"invalid action(s) {', '.join(repr(p[:40]) for p in invalid[:3])}"
     return ParsedTurn(
-        think, answer, tuple(actions[: max(actions_left, 0)]), not reason, tuple(invalid), reason
+        think,
+        answer,
+        tuple(actions[: max(actions_left, 0)]),
+        not reason,
+        tuple(invalid),
+        reason,
+        written=written,
+        dropped=written - len(pieces),
     )
 
 

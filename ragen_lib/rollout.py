@@ -196,6 +196,9 @@ class RolloutBatch:
     turn_invalid_reasons: list[list[str]] = field(default_factory=list)  # per turn; "" when valid
     turn_cut: list[list[bool]] = field(default_factory=list)  # per turn: the answer hit max_new_tokens
     turn_matched: list[list[bool]] = field(default_factory=list)  # per turn: the format's tags were found
+    # per turn: the action pieces the answer wrote, and those the per-turn limit dropped (ParsedTurn)
+    turn_written: list[list[int]] = field(default_factory=list)
+    turn_dropped: list[list[int]] = field(default_factory=list)
     # (B, T) the sampler's log-prob of each generated token (temperature 1), 0 elsewhere
     sample_logprobs: torch.Tensor | None = None
 
@@ -203,7 +206,15 @@ class RolloutBatch:
         """Per episode, the `<think>` text of each turn whose tags matched. A turn that did not
         match has no reasoning to measure (its `thinks` entry is ""): counted as 0 tokens, it made
         reasoning/length track the format-valid rate, not the reasoning."""
-        return [[t for t, m in zip(th, ms) if m] for th, ms in zip(self.thinks, self.turn_matched)]
+        return self._matched(self.thinks)
+
+    def written(self) -> tuple[list[list[int]], list[list[int]]]:
+        """Per episode, the action pieces written and dropped on each turn whose tags matched: a turn
+        that did not match wrote no answer to count (as `reasoning`)."""
+        return self._matched(self.turn_written), self._matched(self.turn_dropped)
+
+    def _matched(self, per_turn: list[list]) -> list[list]:
+        return [[x for x, m in zip(xs, ms) if m] for xs, ms in zip(per_turn, self.turn_matched)]
 
     @property
     def format_valid_rate(self) -> float:
@@ -459,4 +470,6 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         turn_invalid_reasons=[[t.invalid_reason for t in e.turns] for e in episodes],
         turn_cut=[[t.cut for t in e.turns] for e in episodes],
         turn_matched=[[t.parsed.matched for t in e.turns] for e in episodes],
+        turn_written=[[t.parsed.written for t in e.turns] for e in episodes],
+        turn_dropped=[[t.parsed.dropped for t in e.turns] for e in episodes],
     )

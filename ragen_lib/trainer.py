@@ -730,6 +730,7 @@ def _restore(state: dict, policy, reference, opt, critic, critic_opt) -> None:
 
 def _episode_stats(b: RolloutBatch) -> dict:
     """What the filter and the step metrics need of each episode (small: gathered across ranks)."""
+    written, dropped = b.written()  # the matched turns': an unmatched one wrote no answer to count
     return {
         "rewards": b.rewards,
         "success": b.success,
@@ -740,6 +741,8 @@ def _episode_stats(b: RolloutBatch) -> dict:
         "thinks": b.reasoning(),  # the turns whose tags matched: the reasoning there is to measure
         "turn_format_valid": b.turn_format_valid,
         "turn_cut": b.turn_cut,
+        "turn_written": written,
+        "turn_dropped": dropped,
     }
 
 

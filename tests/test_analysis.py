@@ -679,6 +679,57 @@ def test_clip_higher_acts_only_where_the_lower_upper_bound_clipped():
         analysis.mechanism_inactive(df, "clip-high")
 
 
+def test_two_per_turn_action_limits_act_only_where_an_answer_wrote_past_the_smaller():
+    """05's Table 3: the warm-up teaches every arm the env's 5 actions a turn, so a 7-action arm that
+    never writes more than 5 plays as the 5-action arm does, and "5 beats 7" compares the budget a
+    prompt prints. The limits separated the arms where the smaller one dropped pieces (its arm's
+    rollout/actions_dropped, 5% of its turns or more) or the larger one's arm wrote past the smaller
+    limit on average (rollout/actions_written)."""
+    claim = analysis.Claim("t3", "5 actions/turn beat 7", "val/success", mde=0.1, mechanism="actions")
+    df = runs_df({"a": 0.7, "b": 0.3}, **{"cfg.env.name": "sokoban"})
+    df[analysis.PER_TURN] = df["arm"].map({"a": 5, "b": 7})
+    alike = df.assign(**{"rollout/actions_dropped": 0.01, "rollout/actions_written": 5.0})
+    row = analysis.judge(alike, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "mechanism did not act (actions, arm a and b): the 5-action arm (a) wrote past its limit on 1% of "
+        "its turns (< 5%) and the 7-action arm (b) wrote 5 actions a turn (≤ 5): both played what either "
+        "limit allowed"
+    )
+    wrote_six = alike.assign(**{"rollout/actions_written": alike["arm"].map({"a": 5.0, "b": 6.0})})
+    assert analysis.judge(wrote_six, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
+    five_cut = alike.assign(**{"rollout/actions_dropped": alike["arm"].map({"a": 0.2, "b": 0.0})})
+    assert (
+        analysis.actions_inactive(five_cut[five_cut["arm"] == "a"], five_cut[five_cut["arm"] == "b"]) is None
+    )
+    # 5 vs 1 with the 5 left to Sokoban's default: the 1-action arm is b, the smaller limit
+    one = alike.assign(**{analysis.PER_TURN: alike["arm"].map({"a": math.nan, "b": 1.0})})
+    one["rollout/actions_written"] = 1.0
+    why = analysis.actions_inactive(one[one["arm"] == "a"], one[one["arm"] == "b"])
+    assert (
+        why.startswith("the 1-action arm (b) wrote past its limit on 1%")
+        and "5-action arm (a) wrote 1 " in why
+    )
+    same = df.assign(**{analysis.PER_TURN: 5})
+    assert analysis.actions_inactive(same[same["arm"] == "a"], same[same["arm"] == "b"]) == (
+        "both arms allow 5 actions a turn: no limit was manipulated"
+    )
+    assert analysis.actions_inactive(df[df["arm"] == "a"], df[df["arm"] == "b"]).startswith(
+        "no rollout/actions_dropped logged (runs stored before 2026-12-02 lack it)"
+    )
+    unmatched = alike.assign(**{"rollout/actions_written": math.nan})
+    assert analysis.actions_inactive(
+        unmatched[unmatched["arm"] == "a"], unmatched[unmatched["arm"] == "b"]
+    ) == (
+        "arm b's rollout/actions_written is NaN at every step: no turn's tags matched, so no answer wrote "
+        "an action to count"
+    )
+    with pytest.raises(ValueError, match="actions_inactive"):
+        analysis.mechanism_inactive(df, "actions")
+
+
 def test_a_kl_too_small_to_move_the_returns_did_not_act():
     """ "No KL beats KL": the KL arm (b) must have had a KL reward that could move its returns. A
     penalty kl_coef · Σ|KL_t| under 1% of the rewards' spread cannot have changed an update."""

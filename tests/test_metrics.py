@@ -136,6 +136,9 @@ def _step_metrics(update=None, **measured):
         "thinks": [["a b"], ["c", "e"]],  # the matched turns' reasoning only
         "turn_format_valid": [[True], [False, False, True]],
         "turn_cut": [[False], [True, True, False]],
+        # the matched turns' (RolloutBatch.written): 1 piece; 7 (2 past the limit) and 2
+        "turn_written": [[1], [7, 2]],
+        "turn_dropped": [[0], [2, 0]],
     }
     return M.step_metrics(
         episodes,
@@ -174,3 +177,13 @@ def test_answer_cut_is_the_fraction_of_turns_that_ran_out_of_the_token_budget():
     assert m["rollout/answer_cut"] == 0.5 and m["rollout/format_valid"] == 0.5
     # 3 of 4 turns matched their tags; the length is over those three (2, 1 and 1 tokens)
     assert m["reasoning/matched"] == 0.75 and m["reasoning/length"] == pytest.approx(4 / 3)
+
+
+def test_actions_written_and_dropped_are_over_the_turns_whose_tags_matched():
+    computed = ("rollout/", "reward/", "response/", "reasoning/")
+    from_update = ("rollout/logprob_gap", "reward/kl_penalty")
+    measured = {k: 0.0 for k in M.STEP_KEYS if not k.startswith(computed) or k in from_update}
+    m = _step_metrics(**measured)
+    assert m["rollout/actions_written"] == pytest.approx(10 / 3) and m[
+        "rollout/actions_dropped"
+    ] == pytest.approx(1 / 3)

@@ -117,6 +117,20 @@ def test_pieces_are_cut_to_the_per_turn_limit_before_they_are_checked(line_env):
     assert not p.format_valid and p.actions == ("Right",) and p.invalid == ("Jump",)
 
 
+def test_the_pieces_written_and_those_the_per_turn_limit_dropped_are_counted(line_env):
+    """05's Table 3 manipulates the limit: what a model wrote past it is the evidence the limit bound
+    (rollout/actions_written, rollout/actions_dropped). Empty pieces are no pieces; an invalid piece
+    counts; the actions-left cut drops valid actions after the per-turn one and is not counted."""
+    p = parse("<think>t</think><answer>Right || Jump || Right ||  || Right</answer>", line_env, per_turn=2)
+    assert (p.written, p.dropped) == (4, 2)
+    p = parse("<think>t</think><answer>Right || Right || Right</answer>", line_env, per_turn=5, left=1)
+    assert (p.written, p.dropped, p.actions) == (3, 0, ("Right",))
+    assert (
+        parse("<answer>Right</answer>", line_env).written,
+        parse("<think>t</think><answer></answer>", line_env).written,
+    ) == (0, 0)
+
+
 def test_valid_actions_cut_to_the_actions_left_without_penalty(line_env):
     p = parse("<think>t</think><answer>Right || Right || Right</answer>", line_env, left=2)
     assert p.actions == ("Right", "Right") and p.format_valid
