@@ -561,7 +561,19 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         elif claim.score == "total":
             score = float(v.sum())
         elif claim.score == "slope":
-            score = slope(v)
+            # A metric left unmeasured late (distinct-2 of under DISTINCT_AT bigrams, where the
+            # reasoning shrank; a length where no tags matched) has a slope over the early steps
+            # alone, which says nothing of how the run ended: not scored.
+            logged = part["step"].drop_duplicates().to_numpy()
+            late_from = int(logged[-max(1, round(len(logged) / 3))])
+            if v.index.max() < late_from:
+                score = float("nan")
+                why = (
+                    f"no {claim.metric} on the last third of its steps (from step {late_from}; its last at "
+                    f"{int(v.index.max())}): a slope over the earlier ones says nothing of how the run ended"
+                )
+            else:
+                score = slope(v)
         else:
             raise ValueError(f"unknown score {claim.score!r}: {'|'.join(SCORES)}")
         if score != score and not why:

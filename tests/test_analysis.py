@@ -1215,6 +1215,28 @@ def test_a_metric_logged_as_nan_everywhere_says_what_its_nan_means():
     assert "NaN: fewer" in row.reason
 
 
+def test_a_slope_whose_metric_went_unmeasured_late_is_not_scored_on_its_early_steps():
+    """02's echo row: distinct-2 is NaN at a step whose reasoning held under 128 bigrams, so a run
+    whose reasoning shrank to a few words late measured it early alone, and its slope there (flat)
+    read as evidence that the diversity did not fall. A seed unmeasured over the last third of its
+    steps is left out, named; one measured there is still scored."""
+    falls = analysis.Claim(
+        "echo", "diversity falls", "reasoning/distinct2", 0.001, score="slope", direction=-1
+    )
+    df = runs_df({"a": 0.5}, seeds=(0, 1, 2))
+    df["reasoning/distinct2"] = np.where(df["step"] < 15, 0.6 + 0.001 * df["cfg.train.seed"], np.nan)
+    row = analysis.judge(df, falls, {"arm": "a"}, None, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason.startswith("no scores; unscored (a seed 0: no reasoning/distinct2 on the last third")
+    assert "(from step 20; its last at 14)" in row.reason
+    # measured on one step of the last third: a slope over the run
+    late_once = df.assign(
+        **{"reasoning/distinct2": np.where(df["step"] == 25, 0.6, df["reasoning/distinct2"])}
+    )
+    sa = analysis.seed_scores(late_once, falls)
+    assert sa["score"].notna().all()
+
+
 def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
     """Table 4 compares a think arm with a no-think one; an empty <think></think> passes the format
     check, so a think arm whose reasoning averaged under a token a turn is a second no-think arm."""
