@@ -180,13 +180,17 @@ keys = ["cfg.env.name", "variant", "cfg.train.seed", "done", *[c for c in plots.
 totals = df.groupby(keys, as_index=False, dropna=False).agg(
     **{"time/train_total": ("time/train_total", "sum"), "memory/peak_gb": ("memory/peak_gb", "max")}
 )
-# pilot arms train fewer steps than the judged ones: each bar names its own
-totals["variant"] += " (" + totals["cfg.train.steps"].astype(int).astype(str) + " steps)"
+# pilot arms train fewer steps than the judged ones: the bars are grouped by env and run length,
+# so only runs of equal length stand side by side, and each arm keeps its curves' colour
+totals["env, steps"] = (
+    totals["cfg.env.name"] + ", " + totals["cfg.train.steps"].astype(int).astype(str) + " steps"
+)
 cost = plots.bars(
     totals.assign(profile=profile),
-    "cfg.env.name",
+    "env, steps",
     "time/train_total",
     hue="variant",
+    hue_order=arms,
     title="Training wall time per run, A*-PO's stage 1 included",
     ylabel="seconds per run",
 )
@@ -207,9 +211,10 @@ figures = [
 if totals["memory/peak_gb"].notna().any():  # CUDA only: memory is not measured on CPU (NaN)
     memory = plots.bars(
         totals.assign(profile=profile),
-        "cfg.env.name",
+        "env, steps",
         "memory/peak_gb",
         hue="variant",
+        hue_order=arms,
         title="Peak GPU memory per run (its highest step)",
     )
     figures.append(plots.save(memory, profile, f"{finding}_memory"))
