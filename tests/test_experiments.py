@@ -607,11 +607,12 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     out = capsys.readouterr().out
     assert "03_uncertainty_filtering" in out
     assert "per grid); model tiny-random (not the paper's Qwen2.5-0.5B-Instruct)\n" in out
-    # 02's three runs are 01's configs: trained once (by 01) and copied, not counted twice
+    # 02's four runs (FrozenLake PPO since 2026-12-02) are 01's configs: trained once (by 01) and
+    # copied, not counted twice
     both = experiments.plan("smoke", root=tmp_path, names=["01_instability", "02_echo_trap"])
     first, second = both["findings"]
-    assert (first["shared"], second["shared"], second["to_train"], second["steps"]) == (0, 3, 0, 0)
-    assert "3 runs share their config with another finding's: trained once, then copied" in (
+    assert (first["shared"], second["shared"], second["to_train"], second["steps"]) == (0, 4, 0, 0)
+    assert "4 runs share their config with another finding's: trained once, then copied" in (
         experiments.format_plan(both)
     )
     # --finding takes one word per flag: before the profile it left `plan` without one (rc 2)
