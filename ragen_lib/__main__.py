@@ -231,7 +231,7 @@ def _zeroshot(args) -> int:
 def _plot(args) -> int:
     """Curves of every run under OUT_ROOT/runs/<finding>/ (format-valid rate always included), and a
     per-run summary: first and last step, and the mean of the first and last thirds."""
-    from ragen_lib import plots, runs
+    from ragen_lib import analysis, plots, runs
 
     if args.png:  # before loading and drawing: matplotlib refuses an unknown suffix only at the end
         from matplotlib.backend_bases import FigureCanvasBase
@@ -282,11 +282,12 @@ def _plot(args) -> int:
             v = part[["step", m]].dropna() if m in part else None
             if v is None or v.empty:
                 continue
-            third = max(1, len(v) // 3)  # of the points it logged: validation is every val_every steps
+            # thirds of the points it logged (validation is every val_every steps), as the late
+            # score counts them
             print(
                 f"{run_id} {m}: step {int(v.step.iloc[0])} {v[m].iloc[0]:.3f} → step {int(v.step.iloc[-1])} "
-                f"{v[m].iloc[-1]:.3f}; mean of first/last third {v[m].iloc[:third].mean():.3f} / "
-                f"{v[m].iloc[-third:].mean():.3f}"
+                f"{v[m].iloc[-1]:.3f}; mean of first/last third {analysis.early_head(v[m]).mean():.3f} / "
+                f"{analysis.late_tail(v[m]).mean():.3f}"
             )
     print(f"figure: {png}")
     return 0

@@ -211,13 +211,28 @@ def series(df: pd.DataFrame, metric: str, **where) -> pd.Series:
     return c.set_index("step")[metric] if len(c) else pd.Series(dtype=float)
 
 
-def late_mean(values: pd.Series, frac: float = 1 / 3) -> float:
+#: The share of a run's logged points that "late" means, everywhere: `late_mean`, the late score,
+#: the slope's last third, the late bars.
+LATE = 1 / 3
+
+
+def late_tail(values: pd.Series | pd.DataFrame, frac: float = LATE) -> pd.Series | pd.DataFrame:
+    """The last `frac` of `values` (at least one point)."""
+    return values.iloc[-max(1, round(len(values) * frac)) :]
+
+
+def early_head(values: pd.Series | pd.DataFrame, frac: float = LATE) -> pd.Series | pd.DataFrame:
+    """The first `frac` of `values` (at least one point): `late_tail`'s mirror."""
+    return values.iloc[: max(1, round(len(values) * frac))]
+
+
+def late_mean(values: pd.Series, frac: float = LATE) -> float:
     """Mean over the last `frac` of the logged steps (at least one): "final" performance that one
     noisy last step does not decide."""
     v = values.dropna()
     if v.empty:
         return float("nan")
-    return float(v.iloc[-max(1, round(len(v) * frac)) :].mean())
+    return float(late_tail(v, frac).mean())
 
 
 def late_table(df: pd.DataFrame, metric: str, by: str | list[str]) -> pd.DataFrame:
@@ -232,11 +247,11 @@ def late_table(df: pd.DataFrame, metric: str, by: str | list[str]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def early_mean(values: pd.Series, frac: float = 1 / 3) -> float:
+def early_mean(values: pd.Series, frac: float = LATE) -> float:
     v = values.dropna()
     if v.empty:
         return float("nan")
-    return float(v.iloc[: max(1, round(len(v) * frac))].mean())
+    return float(early_head(v, frac).mean())
 
 
 def lead(indicator: pd.Series, collapse: int | None, frac: float = 0.5) -> int | None:
@@ -547,7 +562,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         elif v.empty:
             score = float("nan")
         elif claim.score == "late":
-            points = v.iloc[-max(1, round(len(v) / 3)) :].to_numpy(float)
+            points = late_tail(v).to_numpy(float)
             score = float(points.mean())
         elif claim.score == "auc":
             points, weights = v.to_numpy(float), _update_weights(v, part, horizon, claim.metric)
@@ -564,8 +579,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
             # A metric left unmeasured late (distinct-2 of under DISTINCT_AT bigrams, where the
             # reasoning shrank; a length where no tags matched) has a slope over the early steps
             # alone, which says nothing of how the run ended: not scored.
-            logged = part["step"].drop_duplicates().to_numpy()
-            late_from = int(logged[-max(1, round(len(logged) / 3))])
+            late_from = int(late_tail(part["step"].drop_duplicates()).iloc[0])
             if v.index.max() < late_from:
                 score = float("nan")
                 why = (
@@ -710,11 +724,21 @@ def _betainc(a: float, b: float, x: float) -> float:
 # ---- mechanisms, floor and ceiling ----
 
 
-def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
-    """Why the manipulated mechanism did not act in `df` (the arm `mechanism_arm` names), or None
-    when it did."""
+def mechanism_inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) -> str | None:
+    """Why the manipulated `mechanism` did not act between arms A and B, or None when it did (or
+    when the claim names none). Read on the arm `mechanism_arm` names: both arms' limits for
+    "actions" (`actions_inactive`), else the one arm that shows it (`_arm_inactive`)."""
     if mechanism is None:
         return None
+    if mechanism == "actions":
+        return actions_inactive(A, B)
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
+    return _arm_inactive(B if mechanism_arm(mechanism) == "b" else A, mechanism)
+
+
+def _arm_inactive(df: pd.DataFrame, mechanism: str) -> str | None:
+    """Why `mechanism` did not act in the one arm `df`, or None when it did."""
     if mechanism in ("clip", "clip_high"):
         steps = df["policy/optimizer_steps"].dropna() if "policy/optimizer_steps" in df else pd.Series([])
         if len(steps) and (steps <= 1).all():
@@ -808,9 +832,7 @@ def mechanism_inactive(df: pd.DataFrame, mechanism: str | None) -> str | None:
                     "the filter kept groups, but did not choose them by their std"
                 )
         return None
-    if mechanism == "actions":
-        raise ValueError("mechanism 'actions' compares the two arms' limits: call actions_inactive(A, B)")
-    raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
+    raise AssertionError(f"mechanism {mechanism!r} has no check in _arm_inactive")
 
 
 CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
@@ -1134,12 +1156,9 @@ def judge(
     if claim.score == "lead" and (claim.indicator not in df or A[claim.indicator].isna().all()):
         # without this, a misspelt indicator would read as "never dropped": a lead of 0 in every seed
         return replace(row, reason=f"no data: no {claim.indicator} logged (the lead's indicator)")
-    arm = mechanism_arm(claim.mechanism)
-    if claim.mechanism == "actions":  # the two arms' limits, side by side
-        why = actions_inactive(A, B)
-    else:
-        why = mechanism_inactive(B if arm == "b" else A, claim.mechanism)
+    why = mechanism_inactive(A, B, claim.mechanism)
     if why:
+        arm = mechanism_arm(claim.mechanism)
         return replace(row, reason=f"mechanism did not act ({claim.mechanism}, arm {arm}): {why}")
     sa = seed_scores(A, claim)
     if claim.score == "lead" and sa["censored"].all():

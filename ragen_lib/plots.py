@@ -427,13 +427,15 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
     `FORMAT` holds the format-valid rate of the same episodes (`format_rate_of`) at the same
     points, which `bars` draws below the success bars. `done`: whether every run of the seed
     finished (an unfinished one is scored on the steps it logged, and `bars` says so)."""
+    from ragen_lib.analysis import late_tail
+
     rows = []
     keys = [*by, SEED]
     fmt = format_rate_of(metric)
     for key, part in df.dropna(subset=[metric]).groupby(keys, sort=True):
         part = part.sort_values("step")
         v = part[metric]
-        window = part.iloc[-max(1, round(len(v) / 3)) :] if score == "late" else part
+        window = late_tail(part) if score == "late" else part
         val = float(window[metric].mean()) if score == "late" else float(np.median(v))
         # the same points as the score; NaN where none of them logged a format-valid rate
         facts_fmt = {FORMAT: float(window[fmt].mean())} if fmt and fmt in part else {}

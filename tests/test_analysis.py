@@ -53,6 +53,25 @@ def test_late_early_mean_and_slope():
     assert math.isnan(analysis.late_mean(s([])))
 
 
+def test_late_means_the_same_points_in_the_late_score_the_bars_and_the_slopes_last_third():
+    """The last third of a run's logged points (at least one), rounded: 5 points late are the last 2,
+    in `late_mean`, a claim's late score, the bars' `per_seed` and where the slope rule's last third
+    starts. The plot command summarised 5 points by the last 1 (len // 3) where the verdicts took 2."""
+    from ragen_lib import plots
+
+    for n, late in ((1, 1), (2, 1), (4, 1), (5, 2), (6, 2), (8, 3)):
+        values = [float(i * i) for i in range(n)]
+        want = float(np.mean(values[-late:]))
+        assert analysis.late_mean(s(values)) == want
+        assert analysis.early_mean(s(values)) == float(np.mean(values[: max(1, round(n / 3))]))
+        df = pd.DataFrame({"cfg.train.seed": 0, "step": range(n), "done": True, "val/success": values})
+        claim = analysis.Claim("x", "late", "val/success", mde=0.1, score="late")
+        assert analysis.seed_scores(df, claim)["score"].item() == want
+        bars = plots.per_seed(df.assign(variant="v"), "val/success", ["variant"])
+        assert bars["val/success"].item() == want
+        assert int(analysis.late_tail(df["step"]).iloc[0]) == n - late
+
+
 def test_series_and_late_table_average_seeds_per_step_first():
     df = pd.DataFrame(
         {
@@ -644,17 +663,17 @@ def test_a_filter_arm_that_converged_chose_until_its_groups_tied():
                     }
                 )  # fmt: skip
     df = pd.DataFrame(rows)
-    assert analysis.mechanism_inactive(df[df["arm"] == "a"], "filter") is None
+    assert analysis.mechanism_inactive(df[df["arm"] == "a"], df[df["arm"] == "b"], "filter") is None
     row = analysis.judge(df, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED
     late_start = df.assign(**{"reward/group_std_kept": np.where(df["step"] >= 110, 0.45, 0.0)})
     late_start["reward/group_std"] = np.where(late_start["step"] >= 110, 0.3, 0.0)
-    late_a = late_start[df["arm"] == "a"]
-    assert "on at most 27% of the steps" in analysis.mechanism_inactive(late_a, "filter")  # 40 of 150
+    late_a, late_b = late_start[df["arm"] == "a"], late_start[df["arm"] == "b"]
+    assert "on at most 27% of the steps" in analysis.mechanism_inactive(late_a, late_b, "filter")  # 40 of 150
     scattered = df.assign(**{"reward/group_std_kept": np.where(df["step"] % 4 == 0, 0.45, 0.0)})
     scattered["reward/group_std"] = np.where(df["step"] % 4 == 0, 0.3, 0.0)
     assert "on at most 31% of the steps of any stretch from the start of 10" in (  # 4 of the first 13
-        analysis.mechanism_inactive(scattered[df["arm"] == "a"], "filter")
+        analysis.mechanism_inactive(scattered[df["arm"] == "a"], scattered[df["arm"] == "b"], "filter")
     )
 
 
@@ -676,7 +695,7 @@ def test_clip_higher_acts_only_where_the_lower_upper_bound_clipped():
     with pytest.raises(
         ValueError, match=r"unknown mechanism 'clip-high': clip \| clip_high \| kl \| filter \| think"
     ):
-        analysis.mechanism_inactive(df, "clip-high")
+        analysis.mechanism_inactive(df, df, "clip-high")
 
 
 def test_two_per_turn_action_limits_act_only_where_an_answer_wrote_past_the_smaller():
@@ -726,8 +745,10 @@ def test_two_per_turn_action_limits_act_only_where_an_answer_wrote_past_the_smal
         "arm b's rollout/actions_written is NaN at every step: no turn's tags matched, so no answer wrote "
         "an action to count"
     )
-    with pytest.raises(ValueError, match="actions_inactive"):
-        analysis.mechanism_inactive(df, "actions")
+    # the same check, reached through the one entry judge calls
+    assert analysis.mechanism_inactive(alike[alike["arm"] == "a"], alike[alike["arm"] == "b"], "actions") == (
+        analysis.actions_inactive(alike[alike["arm"] == "a"], alike[alike["arm"] == "b"])
+    )
 
 
 def test_a_kl_too_small_to_move_the_returns_did_not_act():
@@ -1373,15 +1394,12 @@ def test_the_filter_check_and_episode_counts_include_online_k():
         {"step": range(10), "cfg.train.groups": 8, "cfg.train.group_size": 16, "cfg.train.online_k": 5,
          "rollout/kept": 160}
     )  # fmt: skip
-    assert analysis.mechanism_inactive(df, "filter") is None
-    assert (
-        analysis.mechanism_inactive(df.assign(**{"rollout/kept": 640}), "filter")
-        == "the filter kept every episode"
-    )
+    assert analysis.mechanism_inactive(df, df, "filter") is None
+    every = df.assign(**{"rollout/kept": 640})
+    assert analysis.mechanism_inactive(every, every, "filter") == "the filter kept every episode"
     assert analysis._n_eval(df, "rollout/success") == 640
-    assert analysis.mechanism_inactive(
-        df.drop(columns="cfg.train.online_k"), "filter"
-    )  # a config before online_k
+    before = df.drop(columns="cfg.train.online_k")
+    assert analysis.mechanism_inactive(before, before, "filter")  # a config before online_k
 
 
 def test_the_power_check_counts_validation_states_once_however_often_they_are_replayed():
