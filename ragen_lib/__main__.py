@@ -522,8 +522,8 @@ def main(argv: list[str] | None = None) -> int:
         "--finding",
         action="append",
         default=[],
-        help="only this finding (repeat for more; default: all); one word per flag, so "
-        "`plan --finding 01_instability smoke` keeps smoke as the profile",
+        help="only this finding, by name or number (01_instability or 01; repeat for more; default: "
+        "all); one word per flag, so `plan --finding 01 smoke` keeps smoke as the profile",
     )
     plan.add_argument(
         "--device",

@@ -869,6 +869,14 @@ def findings() -> list[str]:
     return sorted(p.stem for p in (ROOT / "params").glob("[0-9][0-9]_*.yaml"))
 
 
+def finding_name(name: str) -> str:
+    """A finding's full name from its number ("05", as `make replicate NB=05` takes it) or its name;
+    anything else is left for `grid_file` to refuse, naming the findings."""
+    known = findings()
+    match = [f for f in known if f.startswith(f"{name}_")]
+    return match[0] if name not in known and len(match) == 1 else name
+
+
 @functools.cache
 def model_size(name: str) -> tuple[int, int]:
     """(policy parameters, critic parameters) of a model, counted on the meta device (no weights are
@@ -991,7 +999,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     workers = len(worker_slots(load_profile(profile)["runs_per_device"]))
     rows, to_load = [], set()
     earlier: set[str] = set()  # run folders an earlier finding of this plan trains (or has)
-    for name in names or findings():
+    for name in [finding_name(n) for n in names or []] or findings():
         finding, pairs = variants(name, profile)
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
         # run_grid copies a run another finding finished (or an earlier one here will): not trained twice

@@ -663,6 +663,20 @@ def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots()
     assert judged_apo == {("sokoban", "apo", 0), ("sokoban", "starpo-ppo", 0), ("sokoban", "starpo-grpo", 0)}
 
 
+def test_a_finding_is_named_by_its_number_as_make_replicate_takes_it(tmp_path, capsys):
+    """`make replicate NB=05` takes the number; `plan --finding 05` refused it ("no grid file
+    params/05.yaml"). A number names its finding; a name or an unknown word is left as it is."""
+    from ragen_lib.__main__ import main
+
+    assert experiments.finding_name("05") == "05_rollout_quality"
+    assert experiments.finding_name("05_rollout_quality") == "05_rollout_quality"
+    assert experiments.finding_name("5") == "5"  # not a prefix of any: refused below, with the names
+    [row] = experiments.plan("smoke", root=tmp_path, names=["03"], device="cpu")["findings"]
+    assert row["finding"] == "03_uncertainty_filtering"
+    assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "5"]) != 0
+    assert "findings: 01_instability, 02_echo_trap" in capsys.readouterr().err
+
+
 def test_plan_names_a_model_that_cannot_load_before_it_sizes_the_checkpoints(tmp_path, monkeypatch):
     """`plan` (the first step of make replicate) read a hub id's config with transformers to size a
     checkpoint, before any check: an id neither cached nor on the hub was a 40-line traceback."""
