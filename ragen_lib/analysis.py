@@ -127,8 +127,10 @@ MIN_FILTER_STEPS = 10
 #: Two per-turn action limits separated the arms when the smaller limit dropped the pieces past it on
 #: at least this share of its arm's matched turns (`rollout/actions_dropped`; actions claims), or
 #: the larger limit's arm wrote more actions a turn on average than the smaller allows
-#: (`rollout/actions_written`). Otherwise both arms played what either limit would have let through,
-#: and only the action budget printed in the prompt differed.
+#: (`rollout/actions_written`), or past the env's default on this share of its turns where the
+#: smaller is at or under that default (`rollout/actions_past_default`). Otherwise both arms played
+#: what either limit would have let through, and only the action budget printed in the prompt
+#: differed.
 MIN_ACTIONS_DROPPED = 0.05
 #: A think arm thought when its parsed <think> text averaged at least this many tokens a turn, over
 #: all its turns (`reasoning/length` × `reasoning/matched`; think claims): an empty
@@ -876,9 +878,12 @@ def actions_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
     (`rollout/actions_written` above the smaller limit, its arm's mean). Below `MIN_ACTIONS_DROPPED`
     and at or under the limit, both arms played what either limit allowed: the warm-up teaches every
     arm the env's default of 5 a turn, so a 7-action arm that never writes more than 5 plays as the
-    5-action arm does, and 5 vs 7 compares a prompt's printed budget. A larger arm that passed the
-    smaller limit on a minority of its turns, with a mean under it, is not seen here: the row then
-    errs to INCONCLUSIVE."""
+    5-action arm does, and 5 vs 7 compares a prompt's printed budget. Where the smaller limit is at
+    or under the env's default (5 vs 7), the larger arm's `rollout/actions_past_default` is the share
+    of its turns that played past the default, so past the smaller limit at least as often
+    (`MIN_ACTIONS_DROPPED` or more: acted). Above the default (6 vs 8), and in runs stored before
+    2026-12-02, a larger arm that passed the smaller limit on a minority of its turns, with a mean
+    under it, is not seen: the row then errs to INCONCLUSIVE."""
     limits = {"a": per_turn_limit(A), "b": per_turn_limit(B)}
     if None in limits.values():
         which = "a" if limits["a"] is None else "b"
@@ -897,13 +902,35 @@ def actions_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
             )
     dropped = float(parts[small]["rollout/actions_dropped"].mean())
     written = float(parts[large]["rollout/actions_written"].mean())
-    if dropped >= MIN_ACTIONS_DROPPED or written > limits[small]:
+    past, default = _past_default(parts[large], limits[small])
+    if dropped >= MIN_ACTIONS_DROPPED or written > limits[small] or past >= MIN_ACTIONS_DROPPED:
         return None
+    also = (
+        f", past the env's default {default} on {past:.0%} of them (< {MIN_ACTIONS_DROPPED:.0%})"
+        if past == past
+        else ""
+    )
     return (
         f"the {limits[small]}-action arm ({small}) wrote past its limit on {dropped:.0%} of its turns "
         f"(< {MIN_ACTIONS_DROPPED:.0%}) and the {limits[large]}-action arm ({large}) wrote "
-        f"{_fmt(written)} actions a turn (≤ {limits[small]}): both played what either limit allowed"
+        f"{_fmt(written)} actions a turn (≤ {limits[small]}){also}: both played what either limit allowed"
     )
+
+
+def _past_default(part: pd.DataFrame, limit: int) -> tuple[float, int | None]:
+    """(share, default): the share of an arm's matched turns that wrote more than its env's default
+    per-turn limit (`rollout/actions_past_default`), a lower bound of the share past `limit` where
+    `limit` is at or under that default; (NaN, None) where it is above it, where the arm's envs'
+    defaults differ, or where its runs did not log it."""
+    from ragen_lib import envs
+
+    c = "rollout/actions_past_default"
+    if c not in part or part[c].isna().all() or "cfg.env.name" not in part:
+        return math.nan, None
+    defaults = {envs.make(name).max_actions_per_turn for name in part["cfg.env.name"].dropna().unique()}
+    if len(defaults) != 1 or limit > (default := defaults.pop()):
+        return math.nan, None
+    return float(part[c].mean()), default
 
 
 MIN_REFERENCE_STATES = 64

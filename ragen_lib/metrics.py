@@ -75,6 +75,13 @@ METRICS: dict[str, Metric] = {
         "rollout.max_actions_per_turn, the rest dropped unjudged as RAGEN does (NaN: none matched): "
         "how often the limit bound",
     ),
+    "rollout/actions_past_default": Metric(
+        "answers past the env's default per-turn limit",
+        "fraction of the turns whose tags matched where the answer wrote more actions than the env's "
+        "default per-turn limit (5 on Sokoban and FrozenLake, which the format warm-up teaches), "
+        "whatever rollout.max_actions_per_turn allowed (NaN: none matched): how often a larger "
+        "limit's arm played what the default would have cut (05's Table 3)",
+    ),
     "rollout/logprob_gap": Metric(
         "sampler–trainer log-prob gap",
         "mean |log π_sampler − log π_old| over the generated tokens: the sampler's log-probs (KV cache, "
@@ -291,9 +298,10 @@ def step_metrics(
     `episodes`: every rank's episodes of the step (rewards, success, truncated, num_turns,
     gen_tokens, seeds, thinks: the reasoning of each turn whose tags matched
     (`RolloutBatch.reasoning`), turn_format_valid, turn_cut, turn_written and turn_dropped (the
-    matched turns', `RolloutBatch.written`)); `group_std` (P,) the groups' raw-reward std and
-    `keep` the kept groups' indices; `kept_reasoning` (B_all,) the kept episodes' consistency bonus;
-    `update`: per optimizer step / micro-batch values of the update, averaged here (NaNs ignored);
+    matched turns', `RolloutBatch.written`), default_per_turn (each episode's env's per-turn
+    limit)); `group_std` (P,) the groups' raw-reward std and `keep` the kept groups' indices;
+    `kept_reasoning` (B_all,) the kept episodes' consistency bonus; `update`: per optimizer step /
+    micro-batch values of the update, averaged here (NaNs ignored);
     `measured`: the remaining metrics, already reduced (entropy, KL, times, …), by their names.
     """
     thinks = [th for ep in episodes["thinks"] for th in ep]
@@ -302,6 +310,7 @@ def step_metrics(
     turn_cut = [c for ep in episodes["turn_cut"] for c in ep]
     written = [w for ep in episodes["turn_written"] for w in ep]
     dropped = [d > 0 for ep in episodes["turn_dropped"] for d in ep]
+    past = [w > k for ep, k in zip(episodes["turn_written"], episodes["default_per_turn"]) for w in ep]
     reasoning = reasoning_stats(tokenizer, thinks)
     m = {
         "rollout/success": float(episodes["success"].float().mean()),
@@ -311,6 +320,7 @@ def step_metrics(
         "rollout/turns": float(episodes["num_turns"].float().mean()),
         "rollout/actions_written": float(np.mean(written)) if written else math.nan,
         "rollout/actions_dropped": float(np.mean(dropped)) if dropped else math.nan,
+        "rollout/actions_past_default": float(np.mean(past)) if past else math.nan,
         "rollout/kept": len(kept_reasoning),
         "reward/mean": float(episodes["rewards"].mean()),
         "reward/std": float(episodes["rewards"].std(unbiased=False)),

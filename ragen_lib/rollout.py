@@ -199,6 +199,9 @@ class RolloutBatch:
     # per turn: the action pieces the answer wrote, and those the per-turn limit dropped (ParsedTurn)
     turn_written: list[list[int]] = field(default_factory=list)
     turn_dropped: list[list[int]] = field(default_factory=list)
+    # per episode: its env's default per-turn limit (5 on Sokoban: what the format warm-up teaches),
+    # whatever rollout.max_actions_per_turn set: a larger limit's arm acts only past it
+    default_per_turn: list[int] = field(default_factory=list)
     # (B, T) the sampler's log-prob of each generated token (temperature 1), 0 elsewhere
     sample_logprobs: torch.Tensor | None = None
 
@@ -472,4 +475,5 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         turn_matched=[[t.parsed.matched for t in e.turns] for e in episodes],
         turn_written=[[t.parsed.written for t in e.turns] for e in episodes],
         turn_dropped=[[t.parsed.dropped for t in e.turns] for e in episodes],
+        default_per_turn=[e.env.max_actions_per_turn for e in episodes],
     )

@@ -743,6 +743,7 @@ def _episode_stats(b: RolloutBatch) -> dict:
         "turn_cut": b.turn_cut,
         "turn_written": written,
         "turn_dropped": dropped,
+        "default_per_turn": b.default_per_turn,
     }
 
 

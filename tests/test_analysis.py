@@ -719,6 +719,34 @@ def test_two_per_turn_action_limits_act_only_where_an_answer_wrote_past_the_smal
     assert analysis.judge(wrote_six, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
         analysis.REPRODUCED
     )
+    # the 7-action arm wrote 4 most turns and 7 on a tenth (mean 4.3 ≤ 5): past 5, the default, on
+    # 10% of its turns, which the 5-action arm would have cut; 2% is too few
+    for share, status in ((0.1, analysis.REPRODUCED), (0.02, analysis.INCONCLUSIVE)):
+        some = alike.assign(
+            **{
+                "rollout/actions_written": 4.3,
+                "rollout/actions_past_default": alike["arm"].map({"a": 0.0, "b": share}),
+            }
+        )
+        row = analysis.judge(some, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+        assert row.status == status, row.reason
+    assert row.reason.endswith(
+        "the 7-action arm (b) wrote 4.3 actions a turn (≤ 5), past the env's default 5 on 2% of them "
+        "(< 5%): both played what either limit allowed"
+    )
+    # past the default (5) is past any smaller limit at least as often (3 vs 7: acted), but says
+    # nothing of a limit above it (6 vs 8: a turn past 5 may have written 6)
+    for small, large, acted in ((3, 7, True), (6, 8, False)):
+        other = some.assign(
+            **{
+                analysis.PER_TURN: some["arm"].map({"a": small, "b": large}),
+                "rollout/actions_written": 2.5,
+                "rollout/actions_past_default": 0.2,
+            }
+        )
+        why = analysis.actions_inactive(other[other["arm"] == "a"], other[other["arm"] == "b"])
+        assert (why is None) == acted, why
+    assert why.endswith(f"wrote 2.5 actions a turn (≤ {small}): both played what either limit allowed")
     five_cut = alike.assign(**{"rollout/actions_dropped": alike["arm"].map({"a": 0.2, "b": 0.0})})
     assert (
         analysis.actions_inactive(five_cut[five_cut["arm"] == "a"], five_cut[five_cut["arm"] == "b"]) is None

@@ -124,8 +124,9 @@ def test_consistency_bonus_by_hand():
     assert consistency_bonus("search for a red shoe", ["search:red shoe"]) == pytest.approx(0.2)
 
 
-def _step_metrics(update=None, **measured):
-    """step_metrics of two episodes (one turn, then three: 2 of 4 turns valid, 2 cut, 3 matched)."""
+def _step_metrics(update=None, episodes_with=None, **measured):
+    """step_metrics of two episodes (one turn, then three: 2 of 4 turns valid, 2 cut, 3 matched);
+    `episodes_with` replaces some of their entries."""
     episodes = {
         "rewards": torch.tensor([1.0, 0.0]),
         "success": torch.tensor([True, False]),
@@ -139,6 +140,8 @@ def _step_metrics(update=None, **measured):
         # the matched turns' (RolloutBatch.written): 1 piece; 7 (2 past the limit) and 2
         "turn_written": [[1], [7, 2]],
         "turn_dropped": [[0], [2, 0]],
+        "default_per_turn": [1, 5],  # the envs' defaults: 1 (Bandit), 5 (Sokoban)
+        **(episodes_with or {}),
     }
     return M.step_metrics(
         episodes,
@@ -187,3 +190,10 @@ def test_actions_written_and_dropped_are_over_the_turns_whose_tags_matched():
     assert m["rollout/actions_written"] == pytest.approx(10 / 3) and m[
         "rollout/actions_dropped"
     ] == pytest.approx(1 / 3)
+    # past each episode's own env default: 1 ≤ 1 no; 7 > 5 yes, 2 ≤ 5 no
+    assert m["rollout/actions_past_default"] == pytest.approx(1 / 3)
+    # 5 written on a Bandit-default turn would count: the default is the episode's env's, not one number
+    m = _step_metrics(
+        episodes_with={"turn_written": [[5], [5, 5]], "turn_dropped": [[4], [0, 0]]}, **measured
+    )
+    assert m["rollout/actions_past_default"] == pytest.approx(1 / 3)

@@ -168,6 +168,7 @@ def test_an_answer_cut_by_the_token_budget_says_so_in_the_batch_and_the_transcri
     assert batch.turn_cut == [[True, True], [True, True]]
     # no tags matched, so no answer to count: the metrics average the matched turns alone
     assert batch.turn_written == [[0, 0], [0, 0]] and batch.written() == ([[], []], [[], []])
+    assert batch.default_per_turn == [5, 5]  # Sokoban's, which rollout.max_actions_per_turn may change
     reasons = [r for ep in batch.turn_invalid_reasons for r in ep]
     assert all(r.startswith("cut at the 6-token budget: no <think>") for r in reasons), reasons
     assert "INVALID format: cut at the 6-token budget: no <think>" in batch.transcript(0)
