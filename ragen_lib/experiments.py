@@ -161,10 +161,11 @@ def train_quietly(cfg: config.Config, run) -> None:
 
 
 def grid_file(finding: str | Path) -> Path:
-    """`params/<finding>.yaml` for a finding's name; a path to a grid file is taken as it is."""
+    """`params/<finding>.yaml` for a finding's name or number (`finding_name`); a path to a grid
+    file is taken as it is."""
     path = Path(finding)
     if path.suffix not in (".yaml", ".yml"):
-        path = ROOT / "params" / f"{finding}.yaml"
+        path = ROOT / "params" / f"{finding_name(str(finding))}.yaml"
     if not path.is_file():
         names = sorted(p.stem for p in (ROOT / "params").glob("[0-9][0-9]_*.yaml"))
         raise FileNotFoundError(f"no grid file {path}; findings: {', '.join(names)}")
@@ -871,7 +872,7 @@ def findings() -> list[str]:
 
 def finding_name(name: str) -> str:
     """A finding's full name from its number ("05", as `make replicate NB=05` takes it) or its name;
-    anything else is left for `grid_file` to refuse, naming the findings."""
+    anything else is left as it is, for `grid_file` to refuse, naming the findings."""
     known = findings()
     match = [f for f in known if f.startswith(f"{name}_")]
     return match[0] if name not in known and len(match) == 1 else name
@@ -999,8 +1000,8 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     workers = len(worker_slots(load_profile(profile)["runs_per_device"]))
     rows, to_load = [], set()
     earlier: set[str] = set()  # run folders an earlier finding of this plan trains (or has)
-    for name in [finding_name(n) for n in names or []] or findings():
-        finding, pairs = variants(name, profile)
+    for name in names or findings():
+        finding, pairs = variants(name, profile)  # a number names its finding (grid_file)
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
         # run_grid copies a run another finding finished (or an earlier one here will): not trained twice
         shared = {

@@ -671,6 +671,7 @@ def test_a_finding_is_named_by_its_number_as_make_replicate_takes_it(tmp_path, c
     assert experiments.finding_name("05") == "05_rollout_quality"
     assert experiments.finding_name("05_rollout_quality") == "05_rollout_quality"
     assert experiments.finding_name("5") == "5"  # not a prefix of any: refused below, with the names
+    assert experiments.grid_file("05").name == "05_rollout_quality.yaml"  # every caller's way in
     [row] = experiments.plan("smoke", root=tmp_path, names=["03"], device="cpu")["findings"]
     assert row["finding"] == "03_uncertainty_filtering"
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "5"]) != 0
