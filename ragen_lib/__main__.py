@@ -178,19 +178,19 @@ def _zeroshot(args) -> int:
 
     from ragen_lib import models, seeds
     from ragen_lib.config import RolloutConfig
-    from ragen_lib.envs import make
+    from ragen_lib.envs import env_class
     from ragen_lib.metrics import reasoning_stats
     from ragen_lib.rollout import collect
 
     _check_envs("--envs", args.envs)
     for env in args.envs:  # each env's token cap against the context, before the model loads
-        cap = args.max_new_tokens or make(env).max_new_tokens
+        cap = env_class(env).limits(max_new_tokens=args.max_new_tokens).max_new_tokens
         _rollout_config(RolloutConfig, max_turns=1, temperature=args.temperature, max_new_tokens=cap)
     _check_model(args.model)
     model, tok = models.load(args.model)
     for env in args.envs:
         states = seeds.val_seeds(env, args.n)
-        cap = args.max_new_tokens or make(env).max_new_tokens
+        cap = env_class(env).limits(max_new_tokens=args.max_new_tokens).max_new_tokens
         for prefill in (True, False) if args.compare else (True,):
             cfg = RolloutConfig(
                 max_turns=1,

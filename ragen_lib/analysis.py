@@ -861,13 +861,19 @@ def per_turn_limit(part: pd.DataFrame) -> int | None:
     from ragen_lib import envs
 
     cols = [c for c in (PER_TURN, "cfg.env.name") if c in part]
-    limits = set()
-    for _, r in part[cols].drop_duplicates().iterrows():
-        if PER_TURN in r and pd.notna(r[PER_TURN]):
-            limits.add(int(r[PER_TURN]))
-        else:
-            limits.add(envs.make(r["cfg.env.name"]).max_actions_per_turn)
+    limits = {
+        envs.env_class(r["cfg.env.name"])
+        .limits(max_actions_per_turn=_set(r.get(PER_TURN)))
+        .max_actions_per_turn
+        for _, r in part[cols].drop_duplicates().iterrows()
+    }
     return limits.pop() if len(limits) == 1 else None
+
+
+def _set(value) -> int | None:
+    """A `rollout.*` limit from a run's DataFrame column: None where the run left it unset (NaN in a
+    store mixing runs that set it with runs that did not, or no such column)."""
+    return None if value is None or pd.isna(value) else int(value)
 
 
 def actions_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
@@ -927,7 +933,7 @@ def _past_default(part: pd.DataFrame, limit: int) -> tuple[float, int | None]:
     c = "rollout/actions_past_default"
     if c not in part or part[c].isna().all() or "cfg.env.name" not in part:
         return math.nan, None
-    defaults = {envs.make(name).max_actions_per_turn for name in part["cfg.env.name"].dropna().unique()}
+    defaults = {envs.env_class(name).max_actions_per_turn for name in part["cfg.env.name"].dropna().unique()}
     if len(defaults) != 1 or limit > (default := defaults.pop()):
         return math.nan, None
     return float(part[c].mean()), default
@@ -966,22 +972,20 @@ def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | 
     INCONCLUSIVE."""
     if env is None:
         return None
-    from ragen_lib import baselines, envs
+    from ragen_lib import envs
 
     kw_cols = sorted(c for c in part if c.startswith(ENV_KWARGS))
     cols = [c for c in (*LIMITS, "cfg.train.val_size", "cfg.env.name", *kw_cols) if c in part]
     combos = part[cols].drop_duplicates() if cols and len(part) else pd.DataFrame([{}])
     refs = set()
     for _, r in combos.iterrows():
-        turns, per_turn, per_episode, val_size = (
-            int(r[c]) if c in r and pd.notna(r[c]) else None for c in (*LIMITS, "cfg.train.val_size")
-        )
         # a run's env.kwargs build its own env only (trainer._validation: not an extra one)
         own = r.get("cfg.env.name", env) == env
         kwargs = _env_kwargs(env, {c.removeprefix(ENV_KWARGS): r[c] for c in kw_cols}) if own else ()
-        budget = baselines.action_budget(envs.make(env, **dict(kwargs)), turns, per_turn, per_episode)
-        n = max(val_size or 0, MIN_REFERENCE_STATES)
-        refs.add(reference(env, n=n, actions=budget, env_kwargs=kwargs))
+        given = {c.removeprefix("cfg.rollout."): _set(r.get(c)) for c in LIMITS}
+        limits = envs.env_class(env).limits(**given)
+        n = max(_set(r.get("cfg.train.val_size")) or 0, MIN_REFERENCE_STATES)
+        refs.add(reference(env, n=n, actions=limits.actions, env_kwargs=kwargs))
     return max(f for f, _ in refs), min(c for _, c in refs)
 
 

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ragen_lib.envs import REGISTRY, make
+from ragen_lib.envs import env_class, make
 from ragen_lib.envs.bandit import BanditEnv
 from ragen_lib.envs.base import TextEnv
 from ragen_lib.envs.frozenlake import FrozenLakeEnv
@@ -36,29 +36,15 @@ from ragen_lib.envs.webshop import WebShopEnv
 WEBSHOP_ROLLOUTS = 20
 
 
-def action_budget(
-    env: TextEnv,
-    max_turns: int | None = None,
-    max_actions_per_turn: int | None = None,
-    max_actions_per_episode: int | None = None,
-) -> int:
-    """The actions an episode can take: the episode budget, or turns × actions per turn when that
-    is smaller (RAGEN's defaults: 10 for Sokoban and FrozenLake). A limit left None is the env's
-    default, as `rollout.Episode` takes the `rollout.*` limits."""
-    turns = max_turns or env.max_turns
-    per_turn = max_actions_per_turn or env.max_actions_per_turn
-    return min(max_actions_per_episode or env.max_actions_per_episode, turns * per_turn)
-
-
 @functools.lru_cache(maxsize=64)
 def reference_success(
     env_name: str, n: int = 256, actions: int | None = None, env_kwargs: tuple = ()
 ) -> dict:
     """Random-policy and expert success of `env_name` on its first `n` validation states.
 
-    `actions`: the action budget (None: `action_budget` of the env's defaults). `env_kwargs`: the
-    env's constructor arguments a run set (`env.kwargs`), as sorted (name, value) pairs: a
-    non-slippery FrozenLake's expert ceiling is 1, not the slippery 0.5. Returns
+    `actions`: the action budget (None: the env's default, `TextEnv.limits().actions`).
+    `env_kwargs`: the env's constructor arguments a run set (`env.kwargs`), as sorted (name, value)
+    pairs: a non-slippery FrozenLake's expert ceiling is 1, not the slippery 0.5. Returns
     ``{"random", "random_se", "expert", "expert_se", "n", "actions", "random_method"}``: means over
     the states, each with its standard error over states (plus, for Monte Carlo, the sampling
     error); ``random_method`` is "exact" or "monte-carlo".
@@ -74,10 +60,9 @@ def success_on(
     env_name: str, states: list[int], actions: int | None = None, env_kwargs: dict | None = None
 ) -> dict:
     """`reference_success` on the given initial-state seeds (not cached)."""
-    if env_name not in REGISTRY:
-        raise ValueError(f"unknown env {env_name!r}; valid envs: {', '.join(sorted(REGISTRY))}")
+    default = env_class(env_name).limits().actions  # an unknown name fails here, listing the envs
     kwargs = env_kwargs or {}
-    budget = action_budget(make(env_name, **kwargs)) if actions is None else int(actions)
+    budget = default if actions is None else int(actions)
     if budget < 1:
         raise ValueError(f"actions must be >= 1, got {actions}")
     rand, expert, mc = [], [], False

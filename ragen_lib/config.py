@@ -129,6 +129,11 @@ class RolloutConfig:
                 )
             require_flex()
 
+    def limits(self, env: envs.TextEnv | type[envs.TextEnv]) -> envs.Limits:
+        """This config's budgets for episodes of `env` (an env or its class): each `rollout.*` limit
+        where set, the env's default where None (`TextEnv.limits`)."""
+        return env.limits(**{k: getattr(self, k) for k in envs.LIMITS})
+
 
 # --------------------------------------------------------------------------------------------
 # The training configuration. One dataclass per concern; `Config` holds them and is what a run
@@ -563,7 +568,7 @@ class Config:
             # the env's own budget (Bandit 500, others 400): RolloutConfig checked only a given one,
             # so the default failed in the rollout, after the model loaded
             for name in dict.fromkeys((self.env.name, *self.env.eval_envs)):
-                budget = envs.REGISTRY[name][0].max_new_tokens
+                budget = envs.env_class(name).max_new_tokens
                 if budget >= r.max_context_tokens:
                     raise ValueError(
                         f"{name}'s default of {budget} new tokens a turn (rollout.max_new_tokens unset) "

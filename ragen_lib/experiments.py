@@ -48,7 +48,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ragen_lib import config, models, runs
-from ragen_lib.envs import REGISTRY
+from ragen_lib.envs import env_class
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -920,20 +920,14 @@ def finished_bytes(cfg: config.Config) -> int:
     t = cfg.train
     written = sum(t.due(s, t.samples_every) for s in t.logged_steps)  # as trainer writes them
     logged = written * t.samples_per_step
-    turns, new_tokens = _env_budget(cfg)
-    samples = logged * turns * (SAMPLE_BYTES_PER_TURN + 4 * new_tokens)
+    # the run's budgets (RAGEN's defaults: 5 turns × 400 tokens; Bandit 1 × 500)
+    limits = cfg.rollout.limits(env_class(cfg.env.name))
+    samples = logged * limits.max_turns * (SAMPLE_BYTES_PER_TURN + 4 * limits.max_new_tokens)
     weights = 0
     if t.keep_final_weights:
         policy, critic = model_size(cfg.model.name)
         weights = (policy + (critic if cfg.algo.critic else 0)) * PARAM_BYTES
     return t.steps * METRIC_LINE_BYTES + samples + weights
-
-
-def _env_budget(cfg: config.Config) -> tuple[int, int]:
-    """(turns, new tokens per turn) a run allows: the rollout config's, or where it says None the
-    env's own (RAGEN's budgets: 5 turns × 400 tokens; Bandit 1 × 500)."""
-    env = REGISTRY[cfg.env.name][0]
-    return cfg.rollout.max_turns or env.max_turns, cfg.rollout.max_new_tokens or env.max_new_tokens
 
 
 _BENCH_SHAPE = r"(\d+)×(\d+), ≤(\d+) turns × (\d+) tokens"
@@ -984,8 +978,8 @@ def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
     scale = 1.0
     if bench["shape"]:
         p, n, turns, tokens = bench["shape"]
-        max_turns, new_tokens = _env_budget(cfg)
-        ours = cfg.train.groups * cfg.train.group_size * max_turns * new_tokens
+        limits = cfg.rollout.limits(env_class(cfg.env.name))
+        ours = cfg.train.groups * cfg.train.group_size * limits.max_turns * limits.max_new_tokens
         scale = ours / (p * n * turns * tokens)
     return bench["s_per_step"] * scale * cfg.train.steps
 

@@ -92,10 +92,9 @@ class Episode:
         cfg = cfg or RolloutConfig()
         self.env, self.seed, self.cfg = env, seed, cfg
         self.observation, _ = env.reset(seed=seed)
-        self.max_turns = cfg.max_turns or env.max_turns
-        self.max_new_tokens = cfg.max_new_tokens or env.max_new_tokens
-        self.per_turn = cfg.max_actions_per_turn or env.max_actions_per_turn
-        self.actions_left = cfg.max_actions_per_episode or env.max_actions_per_episode
+        limits = cfg.limits(env)
+        self.max_turns, self.max_new_tokens = limits.max_turns, limits.max_new_tokens
+        self.per_turn, self.actions_left = limits.max_actions_per_turn, limits.max_actions_per_episode
         self.prefill = PREFILL[cfg.enable_think] if cfg.prefill else ""
         self.turns: list[TurnRecord] = []
         self.terminated = self.truncated = self.success = False

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ragen_lib.config import Config
-from ragen_lib.envs import REGISTRY
+from ragen_lib.envs import env_class
 
 # --- salts of step-keyed draws: step_rng(seed, step, SALT) ------------------------------------
 TRAIN_STATES = 0
@@ -89,6 +89,4 @@ def apo_states(cfg: Config, step: int, pool: list[int]) -> list[int]:
 
 def val_seeds(env_name: str, n: int) -> list[int]:
     """The env's fixed evaluation states (`TextEnv.eval_seeds`; WebShop: its 256 instructions)."""
-    if env_name not in REGISTRY:
-        raise ValueError(f"unknown env {env_name!r}; valid envs: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[env_name][0].eval_seeds(n)
+    return env_class(env_name).eval_seeds(n)  # an unknown name fails there, listing the envs

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from ragen_lib.envs import REGISTRY, env_fields, make
+from ragen_lib.config import RolloutConfig
+from ragen_lib.envs import REGISTRY, env_class, env_fields, make
 from ragen_lib.envs.bandit import VARIANTS, BanditEnv
 from ragen_lib.envs.frozenlake import FROZEN, FrozenLakeEnv
 from ragen_lib.envs.sokoban import SokobanEnv
@@ -27,6 +28,30 @@ def test_unknown_env_and_field_list_the_valid_ones():
     with pytest.raises(ValueError, match="dim_room"):
         make("sokoban", dim_rom=(5, 5))
     assert env_fields("sokoban-large")["num_boxes"] == 2
+
+
+def test_limits_are_a_runs_where_set_and_the_envs_defaults_where_none():
+    # RAGEN's Sokoban: 5 turns, 5 actions a turn, 10 an episode, 400 tokens; its action budget is
+    # min(10, 5 × 5) = 10. Table 3's 7-action arm (35 an episode): min(35, 5 × 7) = 35.
+    default = env_class("sokoban").limits()
+    assert (default.max_turns, default.max_actions_per_turn, default.max_actions_per_episode) == (5, 5, 10)
+    assert (default.max_new_tokens, default.actions) == (400, 10)
+    seven = env_class("sokoban").limits(max_actions_per_turn=7, max_actions_per_episode=35, max_turns=None)
+    assert (seven.max_turns, seven.max_actions_per_turn, seven.actions) == (5, 7, 35)
+    assert env_class("sokoban").limits(max_turns=1).actions == 5  # 1 turn × 5 actions < 10
+    bandit = env_class("bandit").limits()
+    assert (bandit.max_turns, bandit.actions, bandit.max_new_tokens) == (1, 1, 500)
+    # the config reads the same rule, for an env or its class
+    cfg = RolloutConfig(max_actions_per_turn=7, max_new_tokens=64)
+    assert (
+        cfg.limits(make("sokoban"))
+        == cfg.limits(SokobanEnv)
+        == SokobanEnv.limits(max_actions_per_turn=7, max_new_tokens=64)
+    )
+    with pytest.raises(TypeError, match="max_actions_per_turn"):
+        SokobanEnv.limits(max_action_per_turn=7)
+    with pytest.raises(ValueError, match="valid envs"):
+        env_class("sokobann")
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

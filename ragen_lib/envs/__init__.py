@@ -10,7 +10,7 @@ import inspect
 
 from ragen_lib.envs.bandit import VARIANTS as _BANDIT_VARIANTS
 from ragen_lib.envs.bandit import BanditEnv
-from ragen_lib.envs.base import TextEnv
+from ragen_lib.envs.base import LIMITS, Limits, TextEnv
 from ragen_lib.envs.frozenlake import FrozenLakeEnv
 from ragen_lib.envs.sokoban import SokobanEnv
 from ragen_lib.envs.webshop import WebShopEnv
@@ -54,10 +54,16 @@ def make(name: str, **overrides) -> TextEnv:
     return cls(**{**variant, **overrides})
 
 
+def env_class(name: str) -> type[TextEnv]:
+    """The class a registered name builds: its class attributes (the budgets, `limits`, the action
+    set) without building an env. Unknown names raise ValueError listing the valid ones."""
+    return _lookup(name)[0]
+
+
 def _lookup(name: str) -> tuple[type[TextEnv], dict]:
     if name not in REGISTRY:
         raise ValueError(f"unknown env {name!r}; valid envs: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
 
 
-__all__ = ["REGISTRY", "TextEnv", "env_fields", "make"]
+__all__ = ["LIMITS", "REGISTRY", "Limits", "TextEnv", "env_class", "env_fields", "make"]

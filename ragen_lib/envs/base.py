@@ -7,7 +7,30 @@ reads like Gymnasium's toy-text envs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The budgets one episode plays under: a run's `rollout.*` limit where it sets one, the env's
+    own default where it leaves it None (`TextEnv.limits`, the one place that rule is written)."""
+
+    max_turns: int
+    max_actions_per_turn: int
+    max_actions_per_episode: int
+    max_new_tokens: int
+
+    @property
+    def actions(self) -> int:
+        """The actions an episode can take: the episode budget, or turns × actions per turn when that
+        is smaller (RAGEN's defaults: 10 for Sokoban and FrozenLake)."""
+        return min(self.max_actions_per_episode, self.max_turns * self.max_actions_per_turn)
+
+
+LIMITS = tuple(f.name for f in fields(Limits))
+"""The `rollout.*` fields whose None means "the env's default"."""
 
 
 class TextEnv:
@@ -45,6 +68,16 @@ class TextEnv:
 
     def __init__(self) -> None:
         self.np_random = np.random.default_rng()
+
+    @classmethod
+    def limits(cls, **given: int | None) -> Limits:
+        """The budgets an episode of this env plays under: each limit in `given` (the `LIMITS`
+        names, as `rollout.*` spells them) where it is set, this env's default where it is None or
+        absent. A class method: the defaults are class attributes, so no env need be built."""
+        unknown = sorted(set(given) - set(LIMITS))
+        if unknown:
+            raise TypeError(f"unknown limit(s) {unknown}; limits: {', '.join(LIMITS)}")
+        return Limits(**{k: int(given[k]) if given.get(k) else getattr(cls, k) for k in LIMITS})
 
     # --- Gymnasium API -------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
