@@ -825,6 +825,14 @@ def _arm_inactive(df: pd.DataFrame, mechanism: str) -> str | None:
             by_step = chose.groupby(both["step"]).mean().sort_index()
             first = min(MIN_FILTER_STEPS, len(by_step))
             best = float(by_step.expanding().mean().iloc[first - 1 :].max()) if len(by_step) else 1.0
+            if best == 0:  # kept == all at every step: every group's std was the same
+                zero = float(every.abs().max()) < 1e-9
+                alike = " (0: each group's answers all scored alike)" if zero else ""
+                return (
+                    f"every group had the same reward std at every logged step{alike}, so which "
+                    "groups it kept fell to their order: the filter kept groups, but did not choose them "
+                    "by their std"
+                )
             if best < MIN_FILTER_SHARE:
                 which = "exceeded" if modes == {"top"} else "fell below"
                 return (

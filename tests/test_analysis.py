@@ -619,10 +619,9 @@ def test_inactive_mechanism_is_inconclusive():
     tied = df.assign(**{"reward/group_std": 0.0, "reward/group_std_kept": 0.0})
     row = analysis.judge(tied, filt, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.reason == (
-        "mechanism did not act (filter, arm a): the kept groups' reward std exceeded all groups' on at "
-        "most 0% of the steps of any stretch from the start of 10 steps or more "
-        "(< 50%; on the others every group had the same std): the filter kept groups, but did not "
-        "choose them by their std"
+        "mechanism did not act (filter, arm a): every group had the same reward std at every logged step "
+        "(0: each group's answers all scored alike), so which groups it kept fell to their order: the "
+        "filter kept groups, but did not choose them by their std"
     )
     # a lowest-std filter chooses by keeping less uncertain groups; a random one is not checked
     low = df.assign(
