@@ -18,10 +18,13 @@ How a row is decided, in this order (the first that applies wins):
    fraction below 1%, the tokens a higher ε_high in arm a would let through; either: one optimizer
    step per batch, so the ratio is always 1; `kl`: arm b's KL reward, kl_coef · Σ|KL_t| per
    episode, below 1% of the spread of the trajectory rewards; `filter`: arm a's filter kept every
-   episode; `think`: arm a's reasoning averaged under one token a turn, where an empty
+   episode, or its kept groups' reward std exceeded all groups' (bottom: fell below) on under half
+   the steps of every stretch of 10 or more from the start: groups tied in std leave the choice to
+   their order; `think`: arm a's reasoning averaged under one token a turn, where an empty
    `<think></think>` still passes the format check; `actions`, both arms: the smaller per-turn
    action limit dropped pieces on under 5% of its arm's turns and the larger limit's arm wrote no
-   more actions a turn, on average, than the smaller allows: 05's Table 3 arms then played alike).
+   more actions a turn, on average, than the smaller allows, nor (the smaller limit at or under the
+   env's default) past that default on 5% of its turns: 05's Table 3 arms then played alike).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score at most the MDE above the env's
    random-policy success (floor) or within the MDE of its expert success (ceiling), from
    `baselines.reference_success`: each arm's own, within the action budget its runs played under
