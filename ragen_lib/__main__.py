@@ -183,14 +183,14 @@ def _zeroshot(args) -> int:
     from ragen_lib.rollout import collect
 
     _check_envs("--envs", args.envs)
-    for env in args.envs:  # each env's token cap against the context, before the model loads
-        cap = env_class(env).limits(max_new_tokens=args.max_new_tokens).max_new_tokens
+    caps = {e: env_class(e).limits(max_new_tokens=args.max_new_tokens).max_new_tokens for e in args.envs}
+    for cap in caps.values():  # each env's token cap against the context, before the model loads
         _rollout_config(RolloutConfig, max_turns=1, temperature=args.temperature, max_new_tokens=cap)
     _check_model(args.model)
     model, tok = models.load(args.model)
     for env in args.envs:
         states = seeds.val_seeds(env, args.n)
-        cap = env_class(env).limits(max_new_tokens=args.max_new_tokens).max_new_tokens
+        cap = caps[env]
         for prefill in (True, False) if args.compare else (True,):
             cfg = RolloutConfig(
                 max_turns=1,

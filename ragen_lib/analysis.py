@@ -874,16 +874,17 @@ def per_turn_limit(part: pd.DataFrame) -> int | None:
     cols = [c for c in (PER_TURN, "cfg.env.name") if c in part]
     limits = {
         envs.env_class(r["cfg.env.name"])
-        .limits(max_actions_per_turn=_set(r.get(PER_TURN)))
+        .limits(max_actions_per_turn=_int_or_none(r.get(PER_TURN)))
         .max_actions_per_turn
         for _, r in part[cols].drop_duplicates().iterrows()
     }
     return limits.pop() if len(limits) == 1 else None
 
 
-def _set(value) -> int | None:
-    """A `rollout.*` limit from a run's DataFrame column: None where the run left it unset (NaN in a
-    store mixing runs that set it with runs that did not, or no such column)."""
+def _int_or_none(value) -> int | None:
+    """A run's integer setting from its DataFrame column (a `rollout.*` limit, `train.val_size`): None
+    where the run left it unset (NaN in a store mixing runs that set it with runs that did not, or
+    no such column)."""
     return None if value is None or pd.isna(value) else int(value)
 
 
@@ -993,9 +994,9 @@ def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | 
         # a run's env.kwargs build its own env only (trainer._validation: not an extra one)
         own = r.get("cfg.env.name", env) == env
         kwargs = _env_kwargs(env, {c.removeprefix(ENV_KWARGS): r[c] for c in kw_cols}) if own else ()
-        given = {c.removeprefix("cfg.rollout."): _set(r.get(c)) for c in LIMITS}
+        given = {c.removeprefix("cfg.rollout."): _int_or_none(r.get(c)) for c in LIMITS}
         limits = envs.env_class(env).limits(**given)
-        n = max(_set(r.get("cfg.train.val_size")) or 0, MIN_REFERENCE_STATES)
+        n = max(_int_or_none(r.get("cfg.train.val_size")) or 0, MIN_REFERENCE_STATES)
         refs.add(reference(env, n=n, actions=limits.actions, env_kwargs=kwargs))
     return max(f for f, _ in refs), min(c for _, c in refs)
 

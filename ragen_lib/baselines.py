@@ -60,9 +60,9 @@ def success_on(
     env_name: str, states: list[int], actions: int | None = None, env_kwargs: dict | None = None
 ) -> dict:
     """`reference_success` on the given initial-state seeds (not cached)."""
-    default = env_class(env_name).limits().actions  # an unknown name fails here, listing the envs
+    cls = env_class(env_name)  # an unknown name fails here, listing the envs
     kwargs = env_kwargs or {}
-    budget = default if actions is None else int(actions)
+    budget = cls.limits().actions if actions is None else int(actions)
     if budget < 1:
         raise ValueError(f"actions must be >= 1, got {actions}")
     rand, expert, mc = [], [], False
