@@ -14,12 +14,22 @@ commit, and a predicate that names the configs it touches as narrowly as is true
 online-k cadence: `lambda cfg: cfg.train.online_k > 1`), so that the runs it leaves alone stand.
 A new config field needs none (it changes the hash; see config.HASH_NEUTRAL), nor does a change
 of analysis or plots (verdicts are recomputed from the metrics on every call).
+
+A change that is left out of this record would let old runs stand as new, and only a review
+would see it. So the code that trains is fingerprinted too: `training_code()` digests each module
+the trainer reaches (its syntax tree, so docstrings, comments and layout do not count), and
+tests/test_revisions.py fails while that differs from `TRAINING_CODE`, naming the modules that
+changed. Whoever changed them then says which it is: a change to what a config trains gets its
+entry above; a refactor does not; and in either case `TRAINING_CODE` is set to the new digests.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ragen_lib.config import Config
 
@@ -68,3 +78,135 @@ def describe(revision, changes: list[Change]) -> str:
         "with no training revision recorded" if revision is None else f"under training revision {revision}"
     )
     return f"trained {under}, before " + "; and before ".join(f"{c.what} ({c.date})" for c in changes)
+
+
+# --- The code that trains, fingerprinted --------------------------------------------------------
+
+_ROOT = Path(__file__).resolve().parent.parent
+"""The folder that holds the ragen_lib package."""
+
+NOT_TRAINING: dict[str, str] = {
+    "ragen_lib.runs": "stores, resumes and reuses runs (a killed run resumes to an unbroken run's metrics)",
+    "ragen_lib.metrics": "names and summarises what is logged",
+    "ragen_lib.progress": "draws progress bars",
+    "ragen_lib.bundle": "hashes and packs files",
+    "ragen_lib.revisions": "this record",
+}
+"""Modules the trainer reaches that do not decide what a config trains, and why: the walk in
+`training_modules` neither digests them nor follows their imports."""
+
+
+def _file(module: str) -> Path | None:
+    base = _ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(module: str, tree: ast.Module) -> set[str]:
+    """The ragen_lib modules that importing `module` runs: those it names (`from ragen_lib import
+    rollout` names a module, `from ragen_lib.envs import make` a package) and their packages."""
+    named = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            named.add(node.module)
+            named.update(f"{node.module}.{a.name}" for a in node.names)
+    found = set()
+    for name in named:
+        parts = name.split(".")
+        if parts[0] != "ragen_lib":
+            continue
+        found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1) if _file(".".join(parts[:i])))
+    return found - {module}
+
+
+def training_modules(start: str = "ragen_lib.trainer") -> list[str]:
+    """Every ragen_lib module that `start` imports, directly or not, less NOT_TRAINING."""
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module in seen or module in NOT_TRAINING:
+            continue
+        seen.add(module)
+        todo.extend(_imports(module, ast.parse(_file(module).read_text(encoding="utf-8"))))
+    return sorted(seen)
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    """Drop every statement that is a bare string (docstrings of modules, classes, functions and
+    attributes): it does nothing when run."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [
+                s
+                for s in body
+                if not (
+                    isinstance(s, ast.Expr)
+                    and isinstance(s.value, ast.Constant)
+                    and isinstance(s.value.value, str)
+                )
+            ]
+            node.body = kept or [ast.Pass()]
+    return tree
+
+
+def _shape(node) -> str:
+    """A syntax tree as text that reads the same on every Python this project supports: empty
+    fields (which newer versions add, such as `type_params=[]`) are left out, as are positions."""
+    if isinstance(node, ast.AST):
+        fields = (
+            f"{name}={_shape(value)}"
+            for name in node._fields
+            if (value := getattr(node, name, None)) is not None and value != []
+        )
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_shape(x) for x in node) + "]"
+    return repr(node)
+
+
+def code_digest(source: str) -> str:
+    """12 hex digits of the SHA-256 of `source`'s syntax tree without its docstrings: a comment,
+    a docstring or a layout change keeps it; any change to what runs changes it."""
+    return hashlib.sha256(_shape(_strip_docstrings(ast.parse(source))).encode()).hexdigest()[:12]
+
+
+def training_code() -> dict[str, str]:
+    """{module: code_digest} for every module in `training_modules()`."""
+    return {m: code_digest(_file(m).read_text(encoding="utf-8")) for m in training_modules()}
+
+
+TRAINING_CODE: dict[str, str] = {
+    "ragen_lib": "f663630c3214",
+    "ragen_lib.algorithms": "947506c9dd6e",
+    "ragen_lib.algorithms.advantages": "1985196def9e",
+    "ragen_lib.algorithms.apo": "9a4855b73e6a",
+    "ragen_lib.algorithms.estimators": "7d50c70dcf70",
+    "ragen_lib.algorithms.filtering": "878046ee1ce0",
+    "ragen_lib.algorithms.losses": "72100ef76e2e",
+    "ragen_lib.algorithms.objectives": "257893b24e71",
+    "ragen_lib.attention": "d6e4c20eb7bc",
+    "ragen_lib.config": "37f82c754fae",
+    "ragen_lib.distributed": "199d37d1ed1a",
+    "ragen_lib.engine": "854bc9c4db8e",
+    "ragen_lib.envs": "cc22b6fcd5c8",
+    "ragen_lib.envs.bandit": "1f62e57e2faf",
+    "ragen_lib.envs.base": "31067d9ba1f3",
+    "ragen_lib.envs.frozenlake": "cd78d0aa7db7",
+    "ragen_lib.envs.sokoban": "a5e7e084d912",
+    "ragen_lib.envs.webshop": "17e63a47d59f",
+    "ragen_lib.generation": "79b9fd627731",
+    "ragen_lib.models": "84a4d33beae4",
+    "ragen_lib.prompting": "1fdc889db9c3",
+    "ragen_lib.rollout": "6af0d668c0d6",
+    "ragen_lib.seeds": "f89b648e3869",
+    "ragen_lib.trainer": "ddcc006fcf40",
+    "ragen_lib.warmup": "64c62cd5f3f1",
+    "ragen_lib.work": "906d49cff14f",
+}
+"""`training_code()` as of the last change reviewed against this record (see the module's
+docstring): tests/test_revisions.py fails while the code differs from it."""

@@ -216,3 +216,92 @@ def test_repair_keeps_the_revision_of_a_done_cut_short(tmp_path):
             [action] = run.repair()
             assert ("nor is the code's training revision" in action) is outdated
             assert (run.outdated() is not None) is outdated
+
+
+# --- The code that trains, fingerprinted (revisions.TRAINING_CODE) ------------------------------
+
+
+def test_the_code_that_trains_is_the_code_the_record_was_last_checked_against():
+    now = revisions.training_code()
+    changed = sorted(
+        m for m in now.keys() | revisions.TRAINING_CODE.keys() if now.get(m) != revisions.TRAINING_CODE.get(m)
+    )
+    pasted = "".join(f'\n    "{m}": "{d}",' for m, d in sorted(now.items()))
+    assert not changed, (
+        f"the code that trains changed in {', '.join(changed)} (a module added, removed or edited beyond "
+        "its docstrings and comments). If this changes what any config trains (other numbers for the "
+        "same config and seed), add a revisions.Change with the next revision and a predicate naming "
+        "the configs it touches, so that their stored runs are trained again; if it does not (a "
+        "refactor, an error's wording), add none. Either way, set revisions.TRAINING_CODE to:"
+        f" {{{pasted}\n}}"
+    )
+
+
+def test_a_digest_keeps_docstrings_comments_and_layout_out_and_every_change_that_runs_in():
+    base = 'def f(x):\n    """Twice x."""\n    return 2 * x\n'
+    same = [
+        'def f(x):\n    """Two times x: a docstring reworded."""\n    return 2 * x\n',
+        "def f(x):\n    # a comment\n    return 2*x  # and another\n",
+        '"""A module docstring."""\n\n\ndef f(x):\n    return (\n        2 * x\n    )\n',
+    ]
+    other = [
+        "def f(x):\n    return 3 * x\n",  # a constant
+        "def f(y):\n    return 2 * y\n",  # a name
+        "def f(x):\n    return x * 2\n",  # an order
+        'def f(x):\n    raise ValueError("say what to fix")\n',  # a message is code too
+    ]
+    d = revisions.code_digest(base)
+    assert len(d) == 12 and all(revisions.code_digest(s) == d for s in same)
+    assert len({d, *(revisions.code_digest(s) for s in other)}) == 1 + len(other)
+    # A function whose body was only its docstring still parses as one that does nothing.
+    assert revisions.code_digest('def g():\n    """Nothing."""\n') == revisions.code_digest(
+        "def g():\n    pass\n"
+    )
+
+
+def test_the_fingerprint_covers_what_the_trainer_imports_and_nothing_it_names_as_not_training(
+    tmp_path, monkeypatch
+):
+    # A package of our own, worked by hand: the trainer imports a (a module) and b.leaf (a module
+    # in a package, whose __init__ runs too); a imports runs, which is not followed to its import
+    # of hidden; plots is imported by nobody on the way.
+    files = {
+        "ragen_lib/__init__.py": "",
+        "ragen_lib/trainer.py": "from ragen_lib import a\nfrom ragen_lib.b.leaf import thing\nimport numpy\n",
+        "ragen_lib/a.py": "from ragen_lib import runs\nfrom ragen_lib.a import nothing_new\n",
+        "ragen_lib/b/__init__.py": "",
+        "ragen_lib/b/leaf.py": "thing = 1\n",
+        "ragen_lib/runs.py": "from ragen_lib import hidden\n",
+        "ragen_lib/hidden.py": "",
+        "ragen_lib/plots.py": "from ragen_lib import trainer\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(revisions, "_ROOT", tmp_path)
+    assert revisions.training_modules() == [
+        "ragen_lib",
+        "ragen_lib.a",
+        "ragen_lib.b",
+        "ragen_lib.b.leaf",
+        "ragen_lib.trainer",
+    ]
+
+
+def test_the_real_trainer_reaches_the_envs_the_losses_and_generation_but_not_the_store_or_analysis():
+    modules = revisions.training_modules()
+    for m in (
+        "ragen_lib.rollout",
+        "ragen_lib.envs.sokoban",
+        "ragen_lib.algorithms.losses",
+        "ragen_lib.generation",
+    ):
+        assert m in modules
+    for m in (
+        "ragen_lib.runs",
+        "ragen_lib.metrics",
+        "ragen_lib.analysis",
+        "ragen_lib.plots",
+        "ragen_lib.experiments",
+    ):
+        assert m not in modules
