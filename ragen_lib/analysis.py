@@ -500,8 +500,11 @@ def sign_test(k: int, n: int) -> float:
 
 
 def _n_eval(part: pd.DataFrame, metric: str) -> int:
-    """Episodes behind one logged value of `metric`: validation states, or online_k × P × N of
-    training (a column a run's config predates, absent or NaN in a mixed store, counts as 1)."""
+    """Episodes behind one logged value of `metric`: validation states, or the fewest of training
+    behind any logged point, P × N × the updates its rollout fed (online_k, fewer at the last
+    rollout of a run whose steps are not a multiple of it: that rollout plays only those), so that
+    no point's count is overstated. A column a run's config predates, absent or NaN in a mixed
+    store, counts as 1."""
     first = part.iloc[0]
 
     def get(col: str) -> int:
@@ -510,7 +513,10 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
 
     if metric.startswith("val/"):
         return get("cfg.train.val_size")
-    return get("cfg.train.groups") * get("cfg.train.group_size") * get("cfg.train.online_k")
+    logged = part[part[metric].notna()] if metric in part else part
+    updates = _rollout_updates(logged if len(logged) else part)
+    k = max(1, int(np.min(updates))) if np.ndim(updates) else get("cfg.train.online_k")
+    return get("cfg.train.groups") * get("cfg.train.group_size") * k
 
 
 def _rollout_updates(df: pd.DataFrame) -> pd.Series | int:

@@ -1400,6 +1400,21 @@ def test_episode_counts_read_a_config_column_older_runs_lack_as_1():
     assert analysis._n_eval(mixed[mixed["cfg.train.seed"] == 1], "rollout/success") == 128
 
 
+def test_episode_counts_take_the_short_last_rollout_of_a_run_whose_steps_are_not_a_multiple_of_k():
+    """A 3-step online-2 run logs steps 0 and 2: the first rollout fed 2 updates (2 × 8 × 16
+    episodes), the last only the 1 left (8 × 16); the fewer is the count, so that the bootstrap
+    never redraws the last point from more episodes than it played. A 4-step run is 2 and 2."""
+    df = pd.DataFrame(
+        {"step": [0, 2], "cfg.train.steps": 3, "cfg.train.groups": 8, "cfg.train.group_size": 16,
+         "cfg.train.online_k": 2, "rollout/success": [0.5, 0.5]}
+    )  # fmt: skip
+    assert analysis._n_eval(df, "rollout/success") == 128
+    assert analysis._n_eval(df.assign(**{"cfg.train.steps": 4}), "rollout/success") == 256
+    # Only the points the metric was logged at count: without its last point the run is 2 × 8 × 16.
+    assert analysis._n_eval(df.assign(**{"rollout/success": [0.5, None]}), "rollout/success") == 256
+    assert analysis._n_eval(df.assign(**{"cfg.train.val_size": 64}), "val/success") == 64
+
+
 def test_a_sign_test_that_does_not_back_a_small_positive_ci_is_inconclusive_not_not_reproduced():
     """CI above 0 with its high end under the MDE: the bootstrap claim reproduces; the sign-test
     claim's sign test (4 of 4 untied seeds, p 0.0625) does not agree, which its rule calls INCONCLUSIVE."""
