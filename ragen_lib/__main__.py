@@ -51,7 +51,7 @@ def _demo(args) -> int:
 
 
 def _run(args) -> int:
-    from ragen_lib import experiments, models, runs, trainer
+    from ragen_lib import experiments, models, revisions, runs, trainer
 
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
@@ -65,11 +65,15 @@ def _run(args) -> int:
     with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
         if run.done and experiments.reuse_finished(run):  # as a grid does
             print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
+            if edited := revisions.unreviewed():
+                print(revisions.unreviewed_note(edited, 1))
             return 0
         step = run.resume()[0]  # checked before the model loads; train() takes the state from the run
         if step is None:
             print(f"starting {path}")
         else:
+            if edited := revisions.unreviewed():
+                print(revisions.unreviewed_note(edited, 1))
             todo = f"steps {step + cfg.train.online_k}-{cfg.train.steps - 1} to train"  # a rollout's k
             print(f"resuming {path} from its checkpoint at step {step}: {todo}")
         trainer.train(cfg, run, progress=not args.quiet)

@@ -47,7 +47,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from ragen_lib import config, models, runs
+from ragen_lib import config, models, revisions, runs
 from ragen_lib.envs import env_class
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -471,7 +471,7 @@ def run_grid(
 
     paths = [runs.run_dir(root, finding, c) for c in cfgs]
     # Identical configs share one folder: train it once (two workers on one folder would collide).
-    todo, failures = [], []
+    todo, failures, reused = [], [], 0
     for path, cfg in {p: c for c, p in zip(cfgs, paths)}.items():
         src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name)
         if src is not None and runs.adopt(src, path):
@@ -486,14 +486,20 @@ def run_grid(
             failures.append((path, e))
             continue
         if not runs.stands(path, cfg):  # trained by older code: retired where it trains, locked
-            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name)):
+            if _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name)):
+                reused += 1
+            else:
                 todo.append((cfg, path))  # (`reuse_finished`)
             continue
+        reused += 1
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
                 drop_stale_checkpoint(run)
     for name, device in dict.fromkeys((cfg.model.name, cfg.model.device) for cfg, _ in todo):
         models.check(name, device)  # one clear error before any run starts, not one per run
+    stored = reused + sum((path / runs.CKPT).exists() for _, path in todo)  # reused or resumed
+    if stored and (edited := revisions.unreviewed()):
+        print(revisions.unreviewed_note(edited, stored))
     bar = tqdm(
         total=len(todo),
         desc=f"{finding}: {len(set(paths)) - len(todo) - len(failures)} reused, {len(todo)} to run",

@@ -209,4 +209,23 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.work": "906d49cff14f",
 }
 """`training_code()` as of the last change reviewed against this record (see the module's
-docstring): tests/test_revisions.py fails while the code differs from it."""
+docstring): tests/test_revisions.py fails while the code differs from it, and the grid and the CLI
+say so when they take a stored run meanwhile (`unreviewed_note`)."""
+
+
+def unreviewed() -> list[str]:
+    """The training modules whose code differs from `TRAINING_CODE` (added, removed or edited):
+    edits nobody has yet said whether they change what a config trains."""
+    now = training_code()
+    return sorted(m for m in now.keys() | TRAINING_CODE.keys() if now.get(m) != TRAINING_CODE.get(m))
+
+
+def unreviewed_note(modules: list[str], stored: int) -> str:
+    """The line the grid and the CLI print when they take `stored` runs from the store while the
+    code that trains has such edits (a researcher's local change, before `make test` asks)."""
+    return (
+        f"note: {stored} stored run(s) are taken as trained by today's code, but the code that trains "
+        f"has edits revisions.py was not checked against ({', '.join(modules)}). If they change what "
+        "a config trains, add a revisions.Change naming the configs they touch, and those runs train "
+        "again; if not, set revisions.TRAINING_CODE to the digests test_revisions.py prints."
+    )

@@ -222,10 +222,7 @@ def test_repair_keeps_the_revision_of_a_done_cut_short(tmp_path):
 
 
 def test_the_code_that_trains_is_the_code_the_record_was_last_checked_against():
-    now = revisions.training_code()
-    changed = sorted(
-        m for m in now.keys() | revisions.TRAINING_CODE.keys() if now.get(m) != revisions.TRAINING_CODE.get(m)
-    )
+    now, changed = revisions.training_code(), revisions.unreviewed()
     pasted = "".join(f'\n    "{m}": "{d}",' for m, d in sorted(now.items()))
     assert not changed, (
         f"the code that trains changed in {', '.join(changed)} (a module added, removed or edited beyond "
@@ -305,3 +302,44 @@ def test_the_real_trainer_reaches_the_envs_the_losses_and_generation_but_not_the
         "ragen_lib.experiments",
     ):
         assert m not in modules
+
+
+def edited(monkeypatch, module="ragen_lib.rollout"):
+    """The code as a researcher's local edit of `module` leaves it: its digest no longer matches."""
+    monkeypatch.setattr(revisions, "TRAINING_CODE", {**revisions.TRAINING_CODE, module: "0" * 12})
+
+
+def test_the_grid_says_when_it_reuses_runs_while_the_code_that_trains_has_unreviewed_edits(
+    tmp_path, capsys, monkeypatch
+):
+    """Edit the loss, rerun the notebook: the grid reuses every finished run of the same config as
+    if the edited code trained it. Tests catch this at `make test`; a grid run before that says it."""
+    finished(runs.run_dir(tmp_path, "f", SAME), SAME, 2)
+    never = lambda cfg, run: pytest.fail("trained")  # noqa: E731
+    experiments.run_grid(tmp_path, "f", [SAME], never, progress=False)
+    assert "note:" not in capsys.readouterr().out  # the code is the code the record was checked against
+    edited(monkeypatch)
+    experiments.run_grid(tmp_path, "f", [SAME], never, progress=False)
+    out = capsys.readouterr().out
+    assert (
+        "note: 1 stored run(s) are taken as trained by today's code" in out and "(ragen_lib.rollout)" in out
+    )
+    # A grid with nothing stored to take says nothing.
+    trained = []
+    experiments.run_grid(tmp_path, "new", [cfg_of(steps=2)], lambda c, run: trained.append(c), progress=False)
+    assert trained and "note:" not in capsys.readouterr().out
+
+
+def test_the_cli_says_when_it_reuses_a_run_while_the_code_that_trains_has_unreviewed_edits(
+    tmp_path, capsys, monkeypatch
+):
+    from ragen_lib.__main__ import main
+
+    finished(runs.run_dir(tmp_path, "adhoc", SAME), SAME, 2)
+    config.save(SAME, tmp_path / "c.yaml")
+    argv = ["run", str(tmp_path / "c.yaml"), "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0 and "note:" not in capsys.readouterr().out
+    edited(monkeypatch, "ragen_lib.algorithms.losses")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "finished run reused" in out and "(ragen_lib.algorithms.losses)" in out
