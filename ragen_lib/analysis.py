@@ -514,8 +514,9 @@ def _n_eval(part: pd.DataFrame, metric: str) -> int:
     if metric.startswith("val/"):
         return get("cfg.train.val_size")
     logged = part[part[metric].notna()] if metric in part else part
-    updates = _rollout_updates(logged if len(logged) else part)
-    k = max(1, int(np.min(updates))) if np.ndim(updates) else get("cfg.train.online_k")
+    updates = np.atleast_1d(np.asarray(_rollout_updates(logged if len(logged) else part), dtype=float))
+    updates = updates[np.isfinite(updates)]  # a NaN steps or online_k column: the config's k
+    k = max(1, int(updates.min())) if len(updates) else get("cfg.train.online_k")
     return get("cfg.train.groups") * get("cfg.train.group_size") * k
 
 

@@ -1413,6 +1413,7 @@ def test_episode_counts_take_the_short_last_rollout_of_a_run_whose_steps_are_not
     # Only the points the metric was logged at count: without its last point the run is 2 × 8 × 16.
     assert analysis._n_eval(df.assign(**{"rollout/success": [0.5, None]}), "rollout/success") == 256
     assert analysis._n_eval(df.assign(**{"cfg.train.val_size": 64}), "val/success") == 64
+    assert analysis._n_eval(df.assign(**{"cfg.train.steps": float("nan")}), "rollout/success") == 256
 
 
 def test_a_sign_test_that_does_not_back_a_small_positive_ci_is_inconclusive_not_not_reproduced():
