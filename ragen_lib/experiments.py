@@ -1042,6 +1042,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     while not disk.exists():
         disk = disk.parent
     need = sum(r["left_bytes"] for r in rows) + max((r["peak_bytes"] for r in rows), default=0)
+    stored = sum(r["done"] for r in rows)  # finished runs the grids will take as today's code's
     return {
         "profile": profile,
         "root": str(root),
@@ -1050,6 +1051,8 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         "findings": rows,
         "need_bytes": need,
         "free_bytes": shutil.disk_usage(disk).free,
+        "stored": stored,
+        "edited": revisions.unreviewed() if stored else [],  # training modules unlike TRAINING_CODE
     }
 
 
@@ -1119,4 +1122,6 @@ def format_plan(p: dict) -> str:
         f"{sum(r['judged'] for r in p['findings'])} runs judged, {sum(r['pilot'] for r in p['findings'])} "
         "pilot runs (figures and numbers, no verdict)"
     )
+    if p.get("edited"):  # here, on the terminal: a headless replication prints the grids' inside notebooks
+        lines.append(revisions.unreviewed_note(p["edited"], p["stored"]))
     return "\n".join(lines)

@@ -343,3 +343,17 @@ def test_the_cli_says_when_it_reuses_a_run_while_the_code_that_trains_has_unrevi
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "finished run reused" in out and "(ragen_lib.algorithms.losses)" in out
+
+
+def test_the_plan_says_so_before_a_replication_starts(tmp_path, monkeypatch):
+    """`make replicate-all` runs headless: the grids' note lands inside the executed notebooks, so
+    the plan it prints on the terminal first says it too."""
+    finding, pairs = experiments.variants("03_uncertainty_filtering", "smoke")
+    cfg = pairs[0][0]
+    finished(runs.run_dir(tmp_path, finding, cfg), cfg, 2)
+    p = experiments.plan("smoke", root=tmp_path, names=[finding], device="cpu")
+    assert p["stored"] == 1 and p["edited"] == [] and "note:" not in experiments.format_plan(p)
+    edited(monkeypatch, "ragen_lib.envs.sokoban")
+    p = experiments.plan("smoke", root=tmp_path, names=[finding], device="cpu")
+    assert p["edited"] == ["ragen_lib.envs.sokoban"]
+    assert "note: 1 stored run(s) are taken as trained by today's code" in experiments.format_plan(p)
