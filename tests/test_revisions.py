@@ -324,6 +324,11 @@ def test_the_grid_says_when_it_reuses_runs_while_the_code_that_trains_has_unrevi
     assert (
         "note: 1 stored run(s) are taken as trained by today's code" in out and "(ragen_lib.rollout)" in out
     )
+    # A run left with a checkpoint counts too: it resumes on the edited code.
+    resumed = runs.run_dir(tmp_path, "f", OLD)
+    (resumed / runs.CKPT).mkdir(parents=True)
+    experiments.run_grid(tmp_path, "f", [SAME, OLD], lambda c, run: None, progress=False)
+    assert "note: 2 stored run(s)" in capsys.readouterr().out
     # A grid with nothing stored to take says nothing.
     trained = []
     experiments.run_grid(tmp_path, "new", [cfg_of(steps=2)], lambda c, run: trained.append(c), progress=False)
