@@ -471,7 +471,7 @@ def run_grid(
 
     paths = [runs.run_dir(root, finding, c) for c in cfgs]
     # Identical configs share one folder: train it once (two workers on one folder would collide).
-    todo, failures, reused = [], [], 0
+    todo, failures = [], []
     for path, cfg in {p: c for c, p in zip(cfgs, paths)}.items():
         src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name)
         if src is not None and runs.adopt(src, path):
@@ -486,23 +486,21 @@ def run_grid(
             failures.append((path, e))
             continue
         if not runs.stands(path, cfg):  # trained by older code: retired where it trains, locked
-            if _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name)):
-                reused += 1
-            else:
+            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name)):
                 todo.append((cfg, path))  # (`reuse_finished`)
             continue
-        reused += 1
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
                 drop_stale_checkpoint(run)
     for name, device in dict.fromkeys((cfg.model.name, cfg.model.device) for cfg, _ in todo):
         models.check(name, device)  # one clear error before any run starts, not one per run
+    reused = len(set(paths)) - len(todo) - len(failures)
     stored = reused + sum((path / runs.CKPT).exists() for _, path in todo)  # reused or resumed
     if stored and (edited := revisions.unreviewed()):
         print(revisions.unreviewed_note(edited, stored))
     bar = tqdm(
         total=len(todo),
-        desc=f"{finding}: {len(set(paths)) - len(todo) - len(failures)} reused, {len(todo)} to run",
+        desc=f"{finding}: {reused} reused, {len(todo)} to run",
         unit="run",
         disable=not progress or not todo,
     )

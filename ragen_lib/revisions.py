@@ -209,8 +209,8 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.work": "906d49cff14f",
 }
 """`training_code()` as of the last change reviewed against this record (see the module's
-docstring): tests/test_revisions.py fails while the code differs from it, and the grid and the CLI
-say so when they take a stored run meanwhile (`unreviewed_note`)."""
+docstring): tests/test_revisions.py fails while the code differs from it, and the grid, the CLI and
+the plan say so when they take a stored run meanwhile (`unreviewed_note`)."""
 
 
 def unreviewed() -> list[str]:
@@ -221,8 +221,8 @@ def unreviewed() -> list[str]:
 
 
 def unreviewed_note(modules: list[str], stored: int) -> str:
-    """The line the grid and the CLI print when they take `stored` runs from the store while the
-    code that trains has such edits (a researcher's local change, before `make test` asks)."""
+    """The line the grid, the CLI and the plan print when they take `stored` runs from the store
+    while the code that trains has such edits (a researcher's local change, before `make test` asks)."""
     return (
         f"note: {stored} stored run(s) are taken as trained by today's code, but the code that trains "
         f"has edits revisions.py was not checked against ({', '.join(modules)}). If they change what "
