@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ragen_lib import analysis
+from ragen_lib import analysis, runs
 
 
 def s(values, start=0):
@@ -171,7 +171,7 @@ def test_a_steady_low_rate_is_not_a_collapse(monkeypatch):
     assert share(0.02) == 0.0
     assert share(0.05) < 0.06
     assert share(0.3) == 0.0
-    monkeypatch.setattr(analysis, "MIN_COLLAPSE_PEAK", 0.0)
+    monkeypatch.setattr(analysis.curves, "MIN_COLLAPSE_PEAK", 0.0)
     assert share(0.02) > 0.9  # the criterion alone
     # a real collapse from a low but measurable level still counts
     monkeypatch.undo()
@@ -208,7 +208,7 @@ def test_noise_alone_is_no_collapse_of_success_or_format(monkeypatch):
 
     assert share(0.1, 64) == share(0.1, 32) == share(0.5, 64, fmt=True) == 0.0
     assert share(0.2, 32) < 0.01 and share(0.45, 64, fmt=True) < 0.02
-    monkeypatch.setattr(analysis, "COLLAPSE_Z", 0.0)  # the thresholds alone
+    monkeypatch.setattr(analysis.curves, "COLLAPSE_Z", 0.0)  # the thresholds alone
     assert share(0.1, 64) > 0.05 and share(0.1, 32) > 0.5 and share(0.5, 64, fmt=True) > 0.9
     monkeypatch.undo()
     drops = np.random.default_rng(2).binomial(64, [0.15] * 75 + [0.05] * 75, (50, 150)) / 64
@@ -326,7 +326,7 @@ def test_a_null_effect_over_three_seeds_is_rarely_reproduced(monkeypatch):
     happen about 2.5% of the time: 7 of 200 here; the bootstrap alone gave 28. Fixed RNG seed."""
     rng = np.random.default_rng(0)
     full = analysis.bootstrap_ci
-    monkeypatch.setattr(analysis, "bootstrap_ci", lambda *a, **k: full(*a, **k, draws=400))  # 5x faster
+    monkeypatch.setattr(analysis.stats, "bootstrap_ci", lambda *a, **k: full(*a, **k, draws=400))  # 5x faster
     reproduced = 0
     for _ in range(200):
         rate = {
@@ -525,7 +525,7 @@ def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not()
     # both at 0, b's random play under the MDE (one action a turn, Table 3): b did not sink, but
     # the arms are not apart, so still the floor
     floors = {"a": (0.185, 1.0), "b": (0.0586, 1.0)}
-    with mock.patch.object(analysis, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
+    with mock.patch.object(analysis.judging, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
         row = analysis.judge(runs_df({"a": 0.0, "b": 0.0}), claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm"), row.reason
     # the arm that sank must be the lower one: 25 actions (random play 0.288) at 0.17 sank below its
@@ -534,7 +534,7 @@ def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not()
     budget = runs_df(
         {"a": lambda seed, step: 0.16 + 0.005 * seed, "b": lambda seed, step: 0.04 + 0.002 * seed}
     )
-    with mock.patch.object(analysis, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
+    with mock.patch.object(analysis.judging, "arm_reference", lambda part, env: floors[part["arm"].iloc[0]]):
         row = analysis.judge(budget, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm"), row.reason
 
@@ -1062,7 +1062,7 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
         "| **STALE INCONCLUSIVE** | | perhaps from an earlier run (the executed copy is unreadable): the "
         "notebook's last run did not finish"
     ) in line("07_apo_vs_starpo", "**headline**")
-    assert f"verdict of commit {analysis.runs.git_commit()}" in line("01_instability", "**headline**")
+    assert f"verdict of commit {runs.git_commit()}" in line("01_instability", "**headline**")
 
 
 def test_one_arm_claims_lead_and_slope_against_zero():
@@ -1329,7 +1329,8 @@ def test_a_think_arm_that_wrote_no_reasoning_did_not_think():
     steps = df["step"].nunique()
     assert row.status == analysis.INCONCLUSIVE
     assert row.reason == (
-        f"mechanism did not act (think, arm a): its reasoning averaged {analysis._fmt(10 / steps)} tokens "
+        "mechanism did not act (think, arm a): its reasoning averaged "
+        f"{analysis.claims._fmt(10 / steps)} tokens "
         "a turn over all its turns (< 1; 20 where the tags matched, "
         f"on {0.5 / steps:.0%} of its turns): the think arm did not think"
     )
@@ -1396,8 +1397,8 @@ def test_episode_counts_read_a_config_column_older_runs_lack_as_1():
     old = runs_df({"a": 0.5}, seeds=(0,))
     new = runs_df({"a": 0.5}, seeds=(1,), **{"cfg.train.online_k": 2})
     mixed = pd.concat([old, new], ignore_index=True)
-    assert analysis._n_eval(mixed[mixed["cfg.train.seed"] == 0], "rollout/success") == 64
-    assert analysis._n_eval(mixed[mixed["cfg.train.seed"] == 1], "rollout/success") == 128
+    assert analysis.scores._n_eval(mixed[mixed["cfg.train.seed"] == 0], "rollout/success") == 64
+    assert analysis.scores._n_eval(mixed[mixed["cfg.train.seed"] == 1], "rollout/success") == 128
 
 
 def test_episode_counts_take_the_short_last_rollout_of_a_run_whose_steps_are_not_a_multiple_of_k():
@@ -1408,12 +1409,12 @@ def test_episode_counts_take_the_short_last_rollout_of_a_run_whose_steps_are_not
         {"step": [0, 2], "cfg.train.steps": 3, "cfg.train.groups": 8, "cfg.train.group_size": 16,
          "cfg.train.online_k": 2, "rollout/success": [0.5, 0.5]}
     )  # fmt: skip
-    assert analysis._n_eval(df, "rollout/success") == 128
-    assert analysis._n_eval(df.assign(**{"cfg.train.steps": 4}), "rollout/success") == 256
+    assert analysis.scores._n_eval(df, "rollout/success") == 128
+    assert analysis.scores._n_eval(df.assign(**{"cfg.train.steps": 4}), "rollout/success") == 256
     # Only the points the metric was logged at count: without its last point the run is 2 × 8 × 16.
-    assert analysis._n_eval(df.assign(**{"rollout/success": [0.5, None]}), "rollout/success") == 256
-    assert analysis._n_eval(df.assign(**{"cfg.train.val_size": 64}), "val/success") == 64
-    assert analysis._n_eval(df.assign(**{"cfg.train.steps": float("nan")}), "rollout/success") == 256
+    assert analysis.scores._n_eval(df.assign(**{"rollout/success": [0.5, None]}), "rollout/success") == 256
+    assert analysis.scores._n_eval(df.assign(**{"cfg.train.val_size": 64}), "val/success") == 64
+    assert analysis.scores._n_eval(df.assign(**{"cfg.train.steps": float("nan")}), "rollout/success") == 256
 
 
 def test_a_sign_test_that_does_not_back_a_small_positive_ci_is_inconclusive_not_not_reproduced():
@@ -1425,7 +1426,7 @@ def test_a_sign_test_that_does_not_back_a_small_positive_ci_is_inconclusive_not_
         claim = analysis.Claim("x", "a > b", "m", mde=0.1, test=test)
         ci = analysis.effect_ci(sa, sb, claim, True)
         assert 0 < ci[0] < ci[1] < 0.1
-        got, reason = analysis._decision(ci, sa, sb, claim, True)
+        got, reason = analysis.judging._decision(ci, sa, sb, claim, True)
         assert got == status, reason
     assert reason == "CI above 0, but sign test p 0.0625 >= alpha 0.05 (4 of 4 untied seeds favour a)"
 
@@ -1440,7 +1441,7 @@ def test_the_filter_check_and_episode_counts_include_online_k():
     assert analysis.mechanism_inactive(df, df, "filter") is None
     every = df.assign(**{"rollout/kept": 640})
     assert analysis.mechanism_inactive(every, every, "filter") == "the filter kept every episode"
-    assert analysis._n_eval(df, "rollout/success") == 640
+    assert analysis.scores._n_eval(df, "rollout/success") == 640
     before = df.drop(columns="cfg.train.online_k")
     assert analysis.mechanism_inactive(before, before, "filter")  # a config before online_k
 

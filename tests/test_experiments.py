@@ -941,14 +941,15 @@ def test_every_notebooks_arms_find_runs_and_one_run_a_seed_in_every_profile(prof
     for name in experiments.findings():
         studies, df = _studies_on_the_grid(name, profile)
         for claim, a, b in studies:
-            arms = {"a": analysis._select(df, a), "b": None if b is None else analysis._select(df, b)}
+            select = analysis.judging._select
+            arms = {"a": select(df, a), "b": None if b is None else select(df, b)}
             for arm, part in arms.items():
                 if part is None:
                     continue
                 assert len(part), (
                     f"{name} {profile}: {claim.id}: arm {arm} ({a if arm == 'a' else b}) has no run"
                 )
-                assert not analysis._runs_per_seed(arm, part), (name, profile, claim.id)
+                assert not analysis.judging._runs_per_seed(arm, part), (name, profile, claim.id)
             if all(part is None or part["judged"].all() for part in arms.values()):
                 judged_findings.add(name)
     declared = experiments.load_profile(profile)["judged"]
@@ -981,7 +982,7 @@ def test_a_run_two_grid_points_share_serves_both_studies():
     from ragen_lib import analysis
 
     one = out[out["run_id"] == next(r for r, sets in wanted.items() if len(sets) > 1)]
-    assert len(one) == 4 and len(analysis._select(one, {"step": [0, 1]})) == 2
+    assert len(one) == 4 and len(analysis.judging._select(one, {"step": [0, 1]})) == 2
 
 
 def test_samples_of_a_run_two_grid_points_share_carry_both_labels(tmp_path):

@@ -1,0 +1,196 @@
+"""What a notebook states before it looks at a result, and what `judge` found.
+
+`Claim`: a sub-claim (the metric, how a run is scored, the direction, the minimum effect the study
+can detect, a non-inferiority margin, the mechanism that must act, the test). `Row`: its judgment,
+REPRODUCED / NOT REPRODUCED / INCONCLUSIVE with the reason, or PILOT, and the numbers behind it.
+The labels and text here are the ones every notebook, verdict file and REPORT.md prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ragen_lib import models
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
+
+PILOT = "PILOT"  # run at pilot scale in this profile: figures and numbers, no verdict
+UNRECORDED_MODEL = "not recorded (RAGEN_MODEL or the embedded model)"
+"""The model of a run whose config predates recording it (model.name left as None)."""
+
+SCORES = ("late", "auc", "peak", "median", "max", "total", "slope", "collapse", "lead")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One sub-claim, written before the data: arm a beats arm b (direction +1) on `metric`.
+
+    score: "late" (mean over the last third of the logged points), "auc" (the area under the
+    curve over updates, per update: trapezoids between the points at the updates they measured,
+    so arms validated on different schedules score one curve alike; of two arms that end level,
+    the one that rose earlier scores higher: "converges faster"), "peak", "median" (median over
+    steps: costs such as seconds per step), "max" (peak memory), "total" (a sum: wall time),
+    "slope" (least-squares slope per step), "collapse" (the step of `collapse`, censored at the
+    horizon; metric is the training success) or "lead" (collapse step − the step `indicator` first
+    fell below half its early maximum, `drop_step`, both as 5-step averages held for 5 steps; 0 when
+    it never fell; censored without collapse).
+    Judged with b=None, a one-arm claim compares the score against 0.
+    mde: the minimum detectable effect, in the score's units. kind: "superiority" or
+    "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
+    arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip), "kl" (arm a
+    drops the KL reward arm b keeps: b's must be large enough to move returns), "filter" (arm
+    a), "think" (arm a's reasoning must be there: reasoning/length) or "actions" (the arms' per-turn
+    action limits must have separated their play: `actions_inactive`). env: whose floor and
+    ceiling bound a success score (None: not a success). bound (slope claims): a level the metric
+    cannot pass, 0 for a length or a diversity: a slope towards it can be no steeper than its early
+    level's distance from it over the horizon (`slope_room`), and where that is under the MDE a fall
+    smaller than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED).
+    above_chance (success claims with an env): each arm scored as its success less its own random
+    play (`arm_reference`), so arms whose action budgets differ are compared on what training added:
+    05's Table 3 pairs k actions a turn with a 5k budget, and random play alone rises from 0.11 at
+    k = 1 to 0.29 at k = 5 on Sokoban, the paper's whole 12.1 → 28.1."""
+
+    id: str
+    text: str
+    metric: str
+    mde: float
+    score: str = "late"
+    direction: int = 1
+    kind: str = "superiority"
+    margin: float = 0.0
+    env: str | None = None
+    mechanism: str | None = None
+    test: str = "bootstrap"  # or "sign": the sign test over seeds must reach p < alpha too
+    alpha: float = 0.05
+    indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
+    bound: float | None = None
+    above_chance: bool = False
+
+    def __post_init__(self):
+        if self.score not in SCORES:
+            raise ValueError(f"claim {self.id!r}: unknown score {self.score!r}: {' | '.join(SCORES)}")
+        if self.score == "lead" and not self.indicator:
+            raise ValueError(
+                f"claim {self.id!r}: score 'lead' needs indicator=<metric> (the early warning whose drop "
+                "leads the collapse, e.g. reward/group_std)"
+            )
+        if self.above_chance and (self.env is None or "success" not in self.metric):
+            raise ValueError(
+                f"claim {self.id!r}: above_chance scores a success metric against its env's random "
+                f"play: set env= and a success metric (got {self.metric!r}, env {self.env!r})"
+            )
+        if self.bound is not None and self.score != "slope":
+            raise ValueError(f"claim {self.id!r}: bound is for slope claims (score {self.score!r})")
+        if self.mechanism is not None and self.mechanism not in MECHANISMS:
+            raise ValueError(
+                f"claim {self.id!r}: unknown mechanism {self.mechanism!r}: {' | '.join(MECHANISMS)}"
+            )
+
+    def criterion(self) -> str:
+        """The criterion in words, as printed before the data."""
+        sign = ">" if self.direction > 0 else "<"
+        if self.kind == "noninferiority":
+            rule = f"a {sign}= b − {self.margin:g} (non-inferiority margin)"
+        else:
+            rule = f"a {sign} b, minimum detectable effect {self.mde:g}"
+        return f"{self.id}: {self.score} {self.metric}: {rule}; test {self.test}, alpha {self.alpha:g}"
+
+
+@dataclass
+class Row:
+    """One sub-claim's verdict: the status, its reason, the effect with its CI and the design."""
+
+    id: str
+    claim: str
+    status: str
+    reason: str
+    effect: float = float("nan")
+    ci: tuple[float, float] = (float("nan"), float("nan"))
+    a: float = float("nan")
+    b: float = float("nan")
+    seeds: list = field(default_factory=list)
+    steps: int | str | None = None  # "150 / 30" where the runs' horizons differ
+    val_size: int | str | None = None  # "128 / 256" where the arms differ
+    temperature: float | str | None = None
+    models: list = field(default_factory=list)  # cfg.model.name of the rows judged
+    power: str = ""
+    criterion: str = ""
+    # A success row's late format-valid rate per arm, on the same episodes (None: not a success row
+    # or not logged): with the small model a success gap may be a format gap.
+    format_valid: tuple[float | None, float | None] | None = None
+
+    def __str__(self) -> str:
+        effect = ""
+        if self.effect == self.effect:
+            ci = "" if self.ci[0] != self.ci[0] else f" [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}]"
+            effect = f" effect {self.effect:+.3g}{ci} (a {_fmt(self.a)}, b {_fmt(self.b)})"
+        if fv := format_text(self):
+            effect += "; " + fv
+        return (
+            f"{self.status}: {self.claim}{effect}\n    why: {self.reason}\n    design: {design(self)}; "
+            f"{self.power}"
+        )
+
+
+def format_text(row: Row) -> str:
+    """ "late format-valid a 0.9, b 0.5" for a success row, else ""."""
+    if not row.format_valid:
+        return ""
+    fa, fb = row.format_valid
+    return f"late format-valid a {_fmt(fa)}" + (f", b {_fmt(fb)}" if fb is not None else "")
+
+
+def design(row: Row) -> str:
+    model = f", model {models.describe(row.models)}" if row.models else ""
+    return (
+        f"seeds {row.seeds or '—'}, steps {_fmt(row.steps)}, validation states {_fmt(row.val_size)}, "
+        f"temperature {_fmt(row.temperature)}{model}"
+    )
+
+
+def _is_rate(claim: Claim) -> bool:
+    return claim.score in ("late", "auc") and ("success" in claim.metric or "format_valid" in claim.metric)
+
+
+#: Scores that depend on how long a run trained: arms with different horizons are not compared.
+HORIZON_SCORES = ("late", "auc", "peak", "slope", "collapse", "lead")
+
+MECHANISMS = ("clip", "clip_high", "kl", "filter", "think", "actions")
+
+COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}
+"""Collapse rows' MDE in steps per env: under the paper's gaps (GRPO at about 20 and 10 steps, PPO
+at 100 and 50 on Bandit and Sokoban; the filter moves FrozenLake's from 100 to 140)."""
+
+
+def by_collapse(late: Claim) -> Claim:
+    """`late`'s pair judged again by its collapse step (training success, censored at the horizon,
+    MDE `COLLAPSE_MDE`), with its env and mechanism: where the paper claims a delayed collapse, a
+    late score ties two arms that both fell before the last third at the floor."""
+    return replace(
+        late,
+        id=f"{late.id} collapse",
+        text=late.text.replace(" beats ", " collapses later than "),
+        metric="rollout/success",
+        mde=COLLAPSE_MDE[late.env],
+        score="collapse",
+    )
+
+
+def _pair(a: float, b: float) -> str:
+    """One number when the arms share it, else both, named."""
+    return f"{a:.3g}" if f"{a:.3g}" == f"{b:.3g}" else f"a {a:.3g}, b {b:.3g}"
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.3g}"
+    return str(v)
+
+
+def criteria(studies: list[tuple[Claim, dict, dict | None]]) -> str:
+    """The criteria of a notebook's sub-claims, one line each (printed before any result)."""
+    return "\n".join(
+        f"- {c.criterion()}; a = {a}; b = {b if b is not None else '0 (one arm)'}" for c, a, b in studies
+    )

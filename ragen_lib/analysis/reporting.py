@@ -1,0 +1,250 @@
+"""A notebook's verdict and the report across notebooks.
+
+`headline` (a stated rule over the primary rows), `Verdict` (printed, and written to
+`outputs/<profile>/verdicts/`), `decide` (the one call a notebook makes) and `report()`, which
+writes REPORT.md: a row per sub-claim, NO VERDICT rows for notebooks that raised, were killed or
+never ran (`notebook_run`), STALE marks, and the devices and models the runs trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ragen_lib import models, runs
+from ragen_lib.analysis.claims import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    PILOT,
+    REPRODUCED,
+    UNRECORDED_MODEL,
+    Claim,
+    Row,
+    _fmt,
+    design,
+    format_text,
+)
+from ragen_lib.analysis.judging import judge
+
+
+def headline(rows: list[Row], primary: list[str]) -> tuple[str, str]:
+    """The notebook's status from its primary rows: REPRODUCED when all of them are, NOT REPRODUCED
+    when any is (and none is INCONCLUSIVE), PILOT when all are pilot; else INCONCLUSIVE. PILOT rows
+    are left out, and the reason names the rows it rests on and those left out: a headline over
+    fewer rows than its claim names (e.g. one env of three judged in a profile) says so."""
+    by = {r.id: r for r in rows}
+    missing = [p for p in primary if p not in by]
+    if missing:
+        raise ValueError(f"headline names unknown rows {missing}; rows: {list(by)}")
+    pilot = [p for p in primary if by[p].status == PILOT]
+    if len(pilot) == len(primary):
+        return PILOT, "every primary sub-claim ran at pilot scale"
+    judged = [p for p in primary if p not in pilot]
+    on = f" (judged: {', '.join(judged)}" + (f"; PILOT, left out: {', '.join(pilot)})" if pilot else ")")
+    st = [by[p].status for p in judged]
+    if all(s == REPRODUCED for s in st):
+        return REPRODUCED, f"every judged primary sub-claim reproduced{on}"
+    if NOT_REPRODUCED in st and INCONCLUSIVE not in st:
+        return NOT_REPRODUCED, f"a primary sub-claim was not reproduced{on}"
+    return INCONCLUSIVE, f"a primary sub-claim is inconclusive{on}"
+
+
+@dataclass
+class Verdict:
+    """A notebook's verdict: one row per sub-claim and a headline from `rule` (the primary rows)."""
+
+    notebook: str
+    claim: str
+    rows: list[Row]
+    primary: list[str]
+    rule: str = (
+        "REPRODUCED when every judged primary row is; NOT REPRODUCED when one is not and none is "
+        "inconclusive; else INCONCLUSIVE (PILOT rows left out)"
+    )
+    figures: list[str] = field(default_factory=list)
+    measured: dict = field(default_factory=dict)  # extra numbers shown, not judged
+    status: str = ""
+    reason: str = ""
+
+    def __post_init__(self):
+        self.status, self.reason = headline(self.rows, self.primary)
+
+    def __str__(self) -> str:
+        head = (
+            f"{self.status}: {self.claim}\n  why: {self.reason}\n"
+            f"  rule: {self.rule} (primary: {', '.join(self.primary)})"
+        )
+        rows = "\n".join(f"  [{r.id}] {r}" for r in self.rows)
+        extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
+        return "\n".join(x for x in (head, rows, extra) if x)
+
+    def write(self, profile: str, wall_s: float | None = None) -> Path:
+        out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
+        runs._atomic_write(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
+        return out
+
+
+def notebook_run(path: Path) -> tuple[str, float | None]:
+    """How papermill's last execution of a notebook ended, from the executed copy at `path`:
+    ("finished" | "failed" | "unfinished" | "not run", its start as a POSIX time or None).
+    papermill records `exception: true` when a cell raised and `end_time` when it stopped;
+    a copy without `end_time` was killed (or is still running)."""
+    from datetime import datetime
+
+    if not path.exists():
+        return "not run", None
+    try:
+        meta = json.loads(path.read_text()).get("metadata", {}).get("papermill", {})
+    except (OSError, json.JSONDecodeError):
+        return "unfinished", None  # papermill was killed while writing it
+    start = meta.get("start_time")
+    start_s = datetime.fromisoformat(start).timestamp() if start else None
+    if meta.get("exception"):
+        return "failed", start_s
+    return ("finished" if meta.get("end_time") else "unfinished"), start_s
+
+
+def trained_on(base: Path) -> str:
+    """The devices and models the finished runs under `base` trained, from their DONE records and
+    configs (the report may be written elsewhere, e.g. on a laptop from a GPU host's outputs)."""
+    devices, names = Counter(), Counter()
+    for done in sorted(base.glob("runs/*/*/" + runs.DONE)):
+        info = runs.read_done(done.parent)
+        devices["unreadable DONE" if info is None else info.get("device") or "unrecorded"] += 1
+        try:
+            names[runs.Run(done.parent).saved_config().get("model", {}).get("name") or UNRECORDED_MODEL] += 1
+        except (OSError, ValueError, runs.CorruptRunError):  # said, not fatal to the report
+            names["unreadable config.yaml"] += 1
+    if not devices:
+        return "no finished runs"
+
+    def counts(c: Counter) -> str:
+        return ", ".join(f"{k} ({n} runs)" for k, n in c.items())
+
+    return f"{counts(devices)}; models {counts(names)}{models.paper_note(names)}"
+
+
+def report(profile: str) -> Path:
+    """outputs/<profile>/REPORT.md: one row per sub-claim (verdict, effect and CI, power, design),
+    PILOT rows marked; the device, commit and wall time on top. A finding whose notebook failed,
+    did not finish or never ran under `make replicate` is listed too, and a verdict older than its
+    notebook's failed or unfinished last run is marked stale."""
+    import torch
+
+    from ragen_lib import experiments, metrics
+
+    experiments.load_profile(profile)  # a misspelt profile: ValueError naming the valid ones
+    base = runs.output_root(profile)
+    if not base.is_dir():
+        raise FileNotFoundError(
+            f"nothing has run for profile {profile!r}: {base} does not exist. Run "
+            f"`make replicate-all PROFILE={profile}` first (or point RAGEN_OUTPUTS where it ran)"
+        )
+    verdicts = [_read_verdict(p, profile) for p in sorted((base / "verdicts").glob("*.json"))]
+    here = metrics.device_name("cuda" if torch.cuda.is_available() else "cpu")
+    lines = [
+        f"# Replication report: profile `{profile}`",
+        "",
+        f"Trained on: {trained_on(base)}. Report written on: {here}, commit {runs.git_commit()}. "
+        f"Total wall time of the notebooks: {sum(v.get('wall_s') or 0 for v in verdicts) / 60:.1f} min.",
+        "",
+    ]
+    if profile == "smoke":
+        lines += [
+            "**Smoke profile: a tiny random model on CPU. This proves the pipeline runs end to end; "
+            "its verdicts say nothing about the paper's findings.**",
+            "",
+        ]
+    lines += [
+        "| notebook | sub-claim | verdict | effect [95% CI] | why | power | design | figures |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_name = {v["notebook"]: v for v in verdicts}
+    for name in sorted(set(experiments.findings()) | set(by_name)):
+        state, start = notebook_run(base / "notebooks" / f"{name}.ipynb")
+        link = f"[notebooks/{name}.ipynb](notebooks/{name}.ipynb)"
+        v = by_name.get(name)
+        if v is None:
+            why = {
+                "failed": f"the notebook raised: see {link}",
+                "unfinished": f"the notebook did not finish (killed, or still running): {link}",
+                "finished": f"the notebook finished without writing a verdict: {link}",
+                "not run": f"`make replicate NB={name[:2]} PROFILE={profile}` has not run",
+            }[state]
+            lines.append(f"| {name} | **headline** | **NO VERDICT** | | {why} | | | |")
+            continue
+        # An executed copy torn mid-write has no readable start: the verdict may predate that run,
+        # and nothing says it does not, so it is marked like one that does.
+        unknown = state in ("failed", "unfinished") and start is None
+        stale = state in ("failed", "unfinished") and (unknown or v["written"] < start)
+        status = f"**{v['status']}**"
+        reason = v["reason"]
+        if stale:
+            status = f"**STALE {v['status']}**"
+            last = "raised" if state == "failed" else "did not finish"
+            when = (
+                "perhaps from an earlier run (the executed copy is unreadable)"
+                if unknown
+                else "from an earlier run"
+            )
+            reason = f"{when}: the notebook's last run {last} ({link}); {reason}"
+        figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in v.get("figures", []))
+        lines.append(
+            f"| {name} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
+            f"{status} | | {reason} | | verdict of commit {v.get('commit', 'unknown')} | {figs} |"
+        )
+        for r in v.get("rows", []):  # a verdict written before rows existed has none
+            eff = r["effect"]
+            effect = (
+                ""
+                if eff is None or eff != eff
+                else f"{eff:+.3g}"
+                + ("" if r["ci"][0] != r["ci"][0] else f" [{r['ci'][0]:+.3g}, {r['ci'][1]:+.3g}]")
+            )
+            status = "PILOT (no verdict)" if r["status"] == PILOT else r["status"]
+            status = f"stale {status}" if stale else status
+            row = Row(**{**r, "ci": tuple(r["ci"])})
+            d, fv = design(row), format_text(row)
+            effect = f"{effect}; {fv}" if effect and fv else effect or fv
+            lines.append(
+                f"| {name} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
+                f"{r['power']} | {d} | |"
+            )
+    out = base / "REPORT.md"
+    runs._atomic_write(out, "\n".join(lines) + "\n")
+    return out
+
+
+def _read_verdict(path: Path, profile: str) -> dict:
+    """A notebook's verdict file, or a ValueError naming the file and the notebook to rerun (a
+    torn file read as "Invalid control character at: line 1 column 49" and named neither)."""
+    try:
+        v = json.loads(path.read_text())
+        if not isinstance(v, dict) or not isinstance(v.get("rows", []), list) or "notebook" not in v:
+            raise ValueError("not a verdict (a mapping with notebook and a list of rows)")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{path} does not read as a verdict ({e}): rerun its notebook, `make replicate "
+            f"NB={path.stem[:2]} PROFILE={profile}`, which rewrites it, or move the file aside"
+        ) from None
+    return {**v, "written": path.stat().st_mtime}
+
+
+def decide(
+    df: pd.DataFrame,
+    claim: str,
+    studies: list[tuple[Claim, dict, dict | None]],
+    primary: list[str],
+    *,
+    measured: dict | None = None,
+    floor_ceiling="env",
+) -> Verdict:
+    """Judge every (Claim, arm a, arm b) and build the notebook's verdict (`df.attrs["finding"]`)."""
+    rows = [judge(df, c, a, b, floor_ceiling=floor_ceiling) for c, a, b in studies]
+    return Verdict(df.attrs.get("finding", "?"), claim, rows, primary, measured=measured or {})
