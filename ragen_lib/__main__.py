@@ -51,7 +51,7 @@ def _demo(args) -> int:
 
 
 def _run(args) -> int:
-    from ragen_lib import experiments, models, revisions, runs, trainer
+    from ragen_lib import models, revisions, runs, trainer, workers
 
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
@@ -63,7 +63,7 @@ def _run(args) -> int:
         trainer.train(cfg, None, progress=not args.quiet)
         return 0
     with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
-        if run.done and experiments.reuse_finished(run):  # as a grid does
+        if run.done and workers.reuse_finished(run):  # as a grid does
             print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
             if edited := revisions.unreviewed():
                 print(revisions.unreviewed_note(edited, 1))

@@ -1085,7 +1085,7 @@ def measure_runs_per_device(name: str, device: str, size: dict) -> list[Row]:
 
 def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
     """Wall seconds, and steps per second of all runs, of `cfgs` trained through
-    `experiments.run_grid` (in a scratch folder) with `runs_per_device` worker slots per device, as a
+    `workers.run_grid` (in a scratch folder) with `runs_per_device` worker slots per device, as a
     grid with that setting trains them: one slot trains in this process, two or more in that many
     spawned workers whose process starts and imports count, as a grid pays them (the comparison
     leans against pooling). Model loads count in both.
@@ -1093,9 +1093,9 @@ def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
     On CPU every k gets the whole machine's cores: the k slots split them, and the one slot's
     share (all of them) is set on this process for the run, which may run under fewer (the full
     CPU bench runs under OMP_NUM_THREADS=1; k = 1 would otherwise get half of k = 2's cores)."""
-    from ragen_lib import experiments
+    from ragen_lib import workers
 
-    slots = experiments.worker_slots(runs_per_device)
+    slots = workers.worker_slots(runs_per_device)
     threads = torch.get_num_threads()
     # Earlier sections, and an earlier k = 1 call, grow this process's heap, which sits beside the
     # k >= 2 workers (beside two 8.5 GB CPU workers, a 24 GiB machine ran out of memory): give it
@@ -1111,7 +1111,7 @@ def grid_rate(cfgs: list, runs_per_device: int) -> tuple[float, float]:
             torch.set_num_threads(int(slots[0]["OMP_NUM_THREADS"]))
         with tempfile.TemporaryDirectory() as root:
             t0 = time.perf_counter()
-            experiments.run_grid(root, f"pool-{runs_per_device}", cfgs, progress=False, slots=slots)
+            workers.run_grid(root, f"pool-{runs_per_device}", cfgs, progress=False, slots=slots)
             wall = time.perf_counter() - t0
     finally:
         torch.set_num_threads(threads)

@@ -16,7 +16,7 @@ Everything goes to OUT_DIR/step_profile.json as soon as it is measured, so a lea
 keeps what finished. No warm-up, validation or samples: the steps alone. The medians leave out
 step 0 (kernel selection, allocator growth).
 
---pool K: the same config with seeds 0..K-1, trained through `experiments.run_grid` K at once (K
+--pool K: the same config with seeds 0..K-1, trained through `workers.run_grid` K at once (K
 spawned workers on the device, as `runs_per_device: K` would), then one at a time (in this process,
 as `runs_per_device: 1` does), before the settings, while this process holds no GPU memory: steps
 per second of all runs, model loads included, and for the K workers their process starts too, as a

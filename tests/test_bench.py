@@ -366,7 +366,7 @@ def test_each_runs_per_device_k_trains_as_a_grid_with_that_setting(monkeypatch):
     compares what a profile would choose between. On CPU each k gets the whole machine: k = 1 trains
     in this process (run_grid spawns no worker for one slot) under all the cores, though the bench
     runs under fewer, and the bench's own thread count comes back after."""
-    from ragen_lib import experiments
+    from ragen_lib import workers
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     calls = []
@@ -374,7 +374,7 @@ def test_each_runs_per_device_k_trains_as_a_grid_with_that_setting(monkeypatch):
     def grid(root, name, cfgs, progress, slots):
         calls.append((slots, torch.get_num_threads()))
 
-    monkeypatch.setattr(experiments, "run_grid", grid)
+    monkeypatch.setattr(workers, "run_grid", grid)
     size = {**bench.SIZES["quick"], "pool_runs": (1, 2)}
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as under the full CPU bench's OMP_NUM_THREADS=1
@@ -383,8 +383,8 @@ def test_each_runs_per_device_k_trains_as_a_grid_with_that_setting(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    assert calls == [(experiments.worker_slots(1), 4), (experiments.worker_slots(2), 1)]
-    assert experiments.worker_slots(2) == [{"OMP_NUM_THREADS": "2"}] * 2
+    assert calls == [(workers.worker_slots(1), 4), (workers.worker_slots(2), 1)]
+    assert workers.worker_slots(2) == [{"OMP_NUM_THREADS": "2"}] * 2
     assert [r.what for r in rows] == [f"runs per device {k}: steps/s of all runs" for k in (1, 2)]
 
 

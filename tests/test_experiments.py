@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lib import config, experiments, models, runs
+from ragen_lib import config, experiments, models, runs, workers
 from ragen_lib.runs import Run
 
 CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"steps": 3}})
@@ -264,7 +264,7 @@ def test_a_worker_that_dies_breaks_the_pool_only_for_its_own_run(tmp_path, capfd
     dying = runs.run_dir(tmp_path, "f", cfgs[0])
     with pytest.raises(RuntimeError, match=rf"^1 of 5 runs failed \({dying.name}\); the others") as info:
         experiments.run_grid(tmp_path, "f", cfgs, dying_train, progress=False, slots=slots)
-    assert isinstance(info.value.__cause__, experiments.WorkerDied)
+    assert isinstance(info.value.__cause__, workers.WorkerDied)
     for cfg in cfgs[1:]:
         assert Run(runs.run_dir(tmp_path, "f", cfg), cfg).done  # queued or in flight at a break, trained
     assert not Run(dying, cfgs[0]).done
@@ -287,7 +287,7 @@ def test_a_worker_that_fails_to_start_stops_the_grid_with_its_reason(tmp_path, c
         {"RAGEN_TEST_SLOT": "a", "OMP_NUM_THREADS": "one"},
         {"RAGEN_TEST_SLOT": "b", "OMP_NUM_THREADS": "two"},
     ]
-    with pytest.raises(experiments.WorkerStartFailed) as info:
+    with pytest.raises(workers.WorkerStartFailed) as info:
         experiments.run_grid(tmp_path, "f", cfgs, pooled_train, progress=False, slots=slots)
     msg = str(info.value)
     assert "failed while starting, before training any run: ValueError: invalid literal" in msg, msg
@@ -336,7 +336,7 @@ def test_a_healthy_run_beside_a_dying_one_at_both_breaks_trains_alone_and_finish
     dying, healthy = (runs.run_dir(tmp_path, "f", c) for c in cfgs)
     with pytest.raises(RuntimeError, match=rf"^1 of 2 runs failed \({dying.name}\); the others") as info:
         experiments.run_grid(tmp_path, "f", cfgs, neighbour_killing_train, progress=False, slots=slots)
-    assert isinstance(info.value.__cause__, experiments.WorkerDied)
+    assert isinstance(info.value.__cause__, workers.WorkerDied)
     assert Run(healthy, cfgs[1]).done and not Run(dying, cfgs[0]).done
     out = capfd.readouterr().out
     assert len(re.findall(r"a grid worker process died and broke the pool", out)) == 3, out

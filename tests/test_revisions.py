@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from ragen_lib import config, experiments, revisions, runs
+from ragen_lib import config, experiments, revisions, runs, workers
 from ragen_lib.runs import Run, RunStoreWarning
 
 
@@ -74,7 +74,7 @@ def test_an_outdated_finished_run_is_moved_aside_and_trains_again(tmp_path, caps
         why = run.outdated()
         assert "with no training revision recorded, before training revisions were recorded" in why
         assert "online-k changed (a test's change) (2099-01-01)" in why
-        assert experiments.reuse_finished(run) is False
+        assert workers.reuse_finished(run) is False
         assert not run.done and run.metrics() == [] and run.resume() == (None, None)
     out = capsys.readouterr().out
     assert "not reused" in out and "It trains again" in out
@@ -87,11 +87,11 @@ def test_a_run_the_changes_do_not_touch_is_reused(tmp_path):
         path = tmp_path / str(revision)
         finished(path, SAME, revision)
         with Run(path, SAME) as run:
-            assert run.outdated() is None and experiments.reuse_finished(run) is True and run.done
+            assert run.outdated() is None and workers.reuse_finished(run) is True and run.done
     path = tmp_path / "current"
     finished(path, OLD, revisions.REVISION)  # trained by this code
     with Run(path, OLD) as run:
-        assert run.outdated() is None and experiments.reuse_finished(run) is True
+        assert run.outdated() is None and workers.reuse_finished(run) is True
 
 
 def test_the_grid_retrains_an_outdated_run_and_reuses_a_current_one(tmp_path):
@@ -300,6 +300,7 @@ def test_the_real_trainer_reaches_the_envs_the_losses_and_generation_but_not_the
         "ragen_lib.analysis",
         "ragen_lib.plots",
         "ragen_lib.experiments",
+        "ragen_lib.workers",
     ):
         assert not [x for x in modules if x == m or x.startswith(m + ".")], m
 
