@@ -52,13 +52,44 @@ def test_training_path_imports_no_notebook_or_plotting_library():
     import sys
 
     code = (
-        "import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.analysis, "
+        "import sys, ragen_lib.trainer, ragen_lib.runs, ragen_lib.experiments, ragen_lib.workers, "
+        "ragen_lib.analysis, "
         "ragen_lib.warmup, ragen_lib.seeds, ragen_lib.distributed, ragen_lib.metrics, "
         "ragen_lib.__main__; bad = [m for m in ('matplotlib', 'seaborn', 'IPython', 'papermill', "
         "'jupytext', 'nbformat', 'ipywidgets') if m in sys.modules]; print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"training path imported {out.strip()}"
+
+
+def _local_imports(path: Path, package: str) -> list[str]:
+    """The modules of `package` that the file at `path` imports (`from package.x import ...`)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    found = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    return [m.removeprefix(package + ".") for m in found if m.startswith(package + ".")]
+
+
+def test_each_analysis_module_imports_only_those_its_package_docstring_lists_above_it():
+    """The package's docstring lists its modules in the order a verdict is built, each importing
+    only those above it; a module that reached down (stats importing judging) would make the
+    layers a tangle to read and a cycle to import. A new module must be listed there too."""
+    import ragen_lib.analysis
+
+    pkg = ROOT / "ragen_lib" / "analysis"
+    order = re.findall(r"^- `(\w+)`:", ragen_lib.analysis.__doc__, re.M)
+    files = sorted(p.stem for p in pkg.glob("*.py") if p.stem != "__init__")
+    assert sorted(order) == files, f"analysis/__init__.py's docstring lists {order}; the files are {files}"
+    for i, name in enumerate(order):
+        later = set(_local_imports(pkg / f"{name}.py", "ragen_lib.analysis")) - set(order[:i])
+        assert not later, f"analysis/{name}.py imports {sorted(later)}, listed below it in the docstring"
+
+
+def test_the_worker_pool_imports_nothing_of_the_grids_it_trains():
+    """workers.py trains whatever configs it is given; experiments.py builds them and calls it."""
+    assert "experiments" not in _local_imports(ROOT / "ragen_lib" / "workers.py", "ragen_lib")
+    assert "import experiments" not in (ROOT / "ragen_lib" / "workers.py").read_text()
 
 
 def _make(tmp_path, *args, **env):
