@@ -65,15 +65,13 @@ def _run(args) -> int:
     with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
         if run.done and workers.reuse_finished(run):  # as a grid does
             print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
-            if edited := revisions.unreviewed():
-                print(revisions.unreviewed_note(edited, 1))
+            revisions.note_if_unreviewed(1)
             return 0
         step = run.resume()[0]  # checked before the model loads; train() takes the state from the run
         if step is None:
             print(f"starting {path}")
         else:
-            if edited := revisions.unreviewed():
-                print(revisions.unreviewed_note(edited, 1))
+            revisions.note_if_unreviewed(1)  # it resumes on today's code
             todo = f"steps {step + cfg.train.online_k}-{cfg.train.steps - 1} to train"  # a rollout's k
             print(f"resuming {path} from its checkpoint at step {step}: {todo}")
         trainer.train(cfg, run, progress=not args.quiet)

@@ -229,3 +229,10 @@ def unreviewed_note(modules: list[str], stored: int) -> str:
         "a config trains, add a revisions.Change naming the configs they touch, and those runs train "
         "again; if not, set revisions.TRAINING_CODE to the digests test_revisions.py prints."
     )
+
+
+def note_if_unreviewed(stored: int) -> None:
+    """Print `unreviewed_note` where `stored` runs are about to be taken from the store (reused or
+    resumed) while the code that trains has such edits: the one check the grid and the CLI make."""
+    if stored and (edited := unreviewed()):
+        print(unreviewed_note(edited, stored))

@@ -105,8 +105,7 @@ def run_grid(
         models.check(name, device)  # one clear error before any run starts, not one per run
     reused = len(set(paths)) - len(todo) - len(failures)
     stored = reused + sum((path / runs.CKPT).exists() for _, path in todo)  # reused or resumed
-    if stored and (edited := revisions.unreviewed()):
-        print(revisions.unreviewed_note(edited, stored))
+    revisions.note_if_unreviewed(stored)
     bar = tqdm(
         total=len(todo),
         desc=f"{finding}: {reused} reused, {len(todo)} to run",

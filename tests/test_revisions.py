@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from ragen_lib import config, experiments, revisions, runs, workers
+from ragen_lib import config, experiments, revisions, runs, trainer, workers
 from ragen_lib.runs import Run, RunStoreWarning
 
 
@@ -349,6 +349,16 @@ def test_the_cli_says_when_it_reuses_a_run_while_the_code_that_trains_has_unrevi
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "finished run reused" in out and "(ragen_lib.algorithms.losses)" in out
+    # A run left with a checkpoint resumes on the edited code: the CLI says so there too.
+    monkeypatch.setattr(trainer, "train", lambda cfg, run, progress: None)
+    left = cfg_of(online_k=1, steps=6)
+    with Run(runs.run_dir(tmp_path, "adhoc", left), left) as run:
+        run.log(0, {"success": 0.5})
+        run.save_checkpoint(0, {"training_revision": revisions.REVISION})
+    config.save(left, tmp_path / "left.yaml")
+    assert main(["run", str(tmp_path / "left.yaml"), "--out", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming" in out and "note: 1 stored run(s)" in out and "(ragen_lib.algorithms.losses)" in out
 
 
 def test_the_plan_says_so_before_a_replication_starts(tmp_path, monkeypatch):
