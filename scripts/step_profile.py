@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from ragen_lib import bench, config, experiments, trainer
+from ragen_lib import config, experiments, trainer
+from ragen_lib.bench.pool import grid_rate
 
 # Each names all three fields, so a profile's own values do not leak into a label. Measured on an
 # H100 (2026-11-27, quick's Bandit run): static + one pack 2.45 s a step, static + shared prefix
@@ -136,7 +137,7 @@ def time_setting(cfg: config.Config, label: str, args, out: Path) -> dict:
 
 def pool_rate(cfg: config.Config, k: int, workers: int) -> dict:
     """Steps per second of k runs (seeds 0..k-1) trained by `workers` slots on this device."""
-    wall, rate = bench.grid_rate([with_overrides(cfg, {"train.seed": seed}) for seed in range(k)], workers)
+    wall, rate = grid_rate([with_overrides(cfg, {"train.seed": seed}) for seed in range(k)], workers)
     print(f"[steps] pool: {k} runs by {workers} worker(s): {wall:.1f} s, {rate:.3g} steps/s", flush=True)
     return {"runs": k, "workers": workers, "wall_s": wall, "steps_per_s": rate}
 

@@ -89,7 +89,7 @@ def test_loss_on_sorted_micro_batches_equals_the_padded_batch(tiny):
     model, _ = tiny
     g = torch.Generator().manual_seed(0)
     lengths = [5, 17, 9, 30, 12, 3]
-    ids, attn = bench.random_batch(lengths, vocab=model.config.vocab_size, generator=g)
+    ids, attn = bench.update.random_batch(lengths, vocab=model.config.vocab_size, generator=g)
     mask = attn.float()
     mask[:, :2] = 0  # a "prompt" the loss ignores
 
@@ -100,7 +100,7 @@ def test_loss_on_sorted_micro_batches_equals_the_padded_batch(tiny):
         padded = mean_logp(model(input_ids=ids, attention_mask=attn).logits, ids, mask)
         # Token-mean over micro-batches: each weighted by its share of the loss tokens.
         total = torch.zeros(())
-        for rows in bench.sorted_micro_batches(attn, micro_batch_size=2):
+        for rows in bench.update.sorted_micro_batches(attn, micro_batch_size=2):
             w = int(attn[rows].sum(1).max())
             m = mask[rows, :w]
             logits = model(input_ids=ids[rows, :w], attention_mask=attn[rows, :w]).logits
@@ -113,7 +113,7 @@ def test_sorted_micro_batches_cover_every_row_once_shortest_first():
     attn = torch.zeros(5, 10, dtype=torch.long)
     for i, n in enumerate([7, 2, 10, 4, 4]):
         attn[i, :n] = 1
-    chunks = bench.sorted_micro_batches(attn, micro_batch_size=2)
+    chunks = bench.update.sorted_micro_batches(attn, micro_batch_size=2)
     assert sorted(torch.cat(chunks).tolist()) == [0, 1, 2, 3, 4]
     widths = [int(attn[c].sum(1).max()) for c in chunks]
     assert widths == sorted(widths) and widths[-1] == 10 and widths[0] == 4
@@ -184,8 +184,8 @@ TINY_WORK = dict(groups=2, group_size=2, max_new_tokens=12, max_turns=2, micro_b
 
 def test_work_counters_are_deterministic_and_add_up():
     """Two runs of the same step count the same work, and the counters describe the step."""
-    first, m = bench.work_step(models.TINY_RANDOM, "cpu", TINY_WORK)
-    second, _ = bench.work_step(models.TINY_RANDOM, "cpu", TINY_WORK)
+    first, m = bench.training.work_step(models.TINY_RANDOM, "cpu", TINY_WORK)
+    second, _ = bench.training.work_step(models.TINY_RANDOM, "cpu", TINY_WORK)
     assert first == second
     r, f, u = first["rollout"], first["forward"], first["update"]
     turns = len(r["decode_steps_per_call"])
@@ -197,19 +197,19 @@ def test_work_counters_are_deterministic_and_add_up():
         0 < r["gen_tokens"] <= r["decode_row_steps"] + r["generate_calls"] * 4
     )  # 4 rows sample once before any decode step
     assert u["real"] <= u["tokens"] and f["real"] <= f["tokens"] and u["real"] > 0
-    rows = bench.work_rows(first, m, TINY_WORK)
+    rows = bench.training.work_rows(first, m, TINY_WORK)
     assert any(x.what.startswith("work: all token positions") and x.value > 0 for x in rows)
     assert 0 < r["decode_kv_real"] <= r["decode_kv_read"]
     assert any(x.what == "work: decode attention reads" and x.value == r["decode_kv_read"] for x in rows)
-    md = bench.markdown({"device": "cpu"}, rows)
+    md = bench.report.markdown({"device": "cpu"}, rows)
     assert "work: decode steps" in md
 
 
 def test_before_column_reads_an_earlier_report():
-    rows = [bench.Row("work: a", 10.0, "tokens"), bench.Row("work: new", 1.0, "tokens")]
-    bench.attach_before(rows, {"rows": [{"what": "work: a", "value": 30.0}]})
+    rows = [bench.common.Row("work: a", 10.0, "tokens"), bench.common.Row("work: new", 1.0, "tokens")]
+    bench.report.attach_before(rows, {"rows": [{"what": "work: a", "value": 30.0}]})
     assert rows[0].before == 30.0 and rows[1].before is None
-    md = bench.markdown({"device": "cpu"}, rows)
+    md = bench.report.markdown({"device": "cpu"}, rows)
     assert "| before | before / now |" in md and "3.00×" in md
 
 
@@ -240,17 +240,17 @@ def test_work_counters_are_off_outside_counting(tiny):
 
 
 def test_summarize_steps_by_hand():
-    x = bench.summarize_steps([(2.0, 100), (1.0, 80), (4.0, 120), (3.0, 100)])
+    x = bench.vs_trl.summarize_steps([(2.0, 100), (1.0, 80), (4.0, 120), (3.0, 100)])
     assert x == {"steps": 4, "median_s": 2.5, "min_s": 1.0, "max_s": 4.0,
                  "tokens_per_step": 100.0, "tokens_per_s": 40.0}  # fmt: skip
-    assert bench.summarize_steps([(3.0, 9), (1.0, 1), (2.0, 2)])["median_s"] == 2.0
+    assert bench.vs_trl.summarize_steps([(3.0, 9), (1.0, 1), (2.0, 2)])["median_s"] == 2.0
     with pytest.raises(ValueError, match="no measured steps"):
-        bench.summarize_steps([])
+        bench.vs_trl.summarize_steps([])
 
 
 def _trl_args(**over):
-    """What `bench.trl_args` sets, as plain attributes (CI has no trl)."""
-    size = bench.SIZES["cpu"]
+    """What `bench.vs_trl.trl_args` sets, as plain attributes (CI has no trl)."""
+    size = bench.common.SIZES["cpu"]
     args = dict(max_completion_length=16, temperature=1.0, top_p=1.0, top_k=0,
                 per_device_train_batch_size=size["groups"] * size["group_size"],
                 num_generations=size["group_size"], beta=0.0, loss_type="dapo", num_iterations=1,
@@ -261,9 +261,9 @@ def _trl_args(**over):
 
 def test_the_trl_comparison_refuses_unequal_terms():
     """Ours and TRL's settings must match on every term of TRL_TERMS; each difference is named."""
-    size = bench.SIZES["cpu"]
-    ours = bench.our_grpo_config(models.TINY_RANDOM, "cpu", size, 16, 2)
-    assert bench.trl_mismatches(ours, _trl_args()) == []
+    size = bench.common.SIZES["cpu"]
+    ours = bench.vs_trl.our_grpo_config(models.TINY_RANDOM, "cpu", size, 16, 2)
+    assert bench.vs_trl.trl_mismatches(ours, _trl_args()) == []
     for over, named in (
         ({"beta": 0.04}, "KL term"),
         ({"loss_type": "grpo"}, "loss aggregation"),
@@ -272,7 +272,7 @@ def test_the_trl_comparison_refuses_unequal_terms():
         ({"generation_kwargs": {"stop_strings": ["</answer>"]}}, "stop rule"),
         ({"top_k": 50}, "temperature"),
     ):
-        assert [m for m in bench.trl_mismatches(ours, _trl_args(**over)) if m.startswith(named)], over
+        assert [m for m in bench.vs_trl.trl_mismatches(ours, _trl_args(**over)) if m.startswith(named)], over
     for section, key, value, named in (
         ("rollout", "stop_at_answer", True, "stop rule"),
         ("train", "log_kl_ref", True, "reference forward"),
@@ -282,18 +282,18 @@ def test_the_trl_comparison_refuses_unequal_terms():
     ):
         part = dataclasses.replace(getattr(ours, section), **{key: value})
         other = dataclasses.replace(ours, **{section: part})
-        assert [m for m in bench.trl_mismatches(other, _trl_args()) if m.startswith(named)], key
+        assert [m for m in bench.vs_trl.trl_mismatches(other, _trl_args()) if m.startswith(named)], key
 
 
 def test_an_unequal_trl_comparison_is_refused_not_reported(monkeypatch):
     """A term that differs is our bug, not the host's: measure_trl raises instead of reporting a
     failed setup (needs trl: `pip install -e .[bench]`)."""
     pytest.importorskip("trl")
-    monkeypatch.setattr(bench, "our_grpo_steps", lambda *a: [(1.0, 8.0)])
-    monkeypatch.setattr(bench, "trl_mismatches", lambda cfg, args: ["KL term (TRL beta)"])
-    size = {**bench.SIZES["quick"], "trl_steps": 1}
-    with pytest.raises(bench.UnequalTerms, match="KL term"):
-        bench.measure_trl(models.TINY_RANDOM, "cpu", size)
+    monkeypatch.setattr(bench.vs_trl, "our_grpo_steps", lambda *a: [(1.0, 8.0)])
+    monkeypatch.setattr(bench.vs_trl, "trl_mismatches", lambda cfg, args: ["KL term (TRL beta)"])
+    size = {**bench.common.SIZES["quick"], "trl_steps": 1}
+    with pytest.raises(bench.vs_trl.UnequalTerms, match="KL term"):
+        bench.vs_trl.measure_trl(models.TINY_RANDOM, "cpu", size)
 
 
 def test_a_failing_section_costs_only_its_own_rows(tmp_path, monkeypatch):
@@ -346,7 +346,7 @@ def test_a_warning_of_the_static_decoder_is_noted_once(tiny, monkeypatch):
     once however many decode steps raise it."""
     import warnings
 
-    real = bench.ours_generate
+    real = bench.generation.ours_generate
 
     def warning(*args, kv_cache="dynamic", **kwargs):
         if kv_cache == "static":
@@ -354,9 +354,9 @@ def test_a_warning_of_the_static_decoder_is_noted_once(tiny, monkeypatch):
                 warnings.warn("CUDA graph capture failed here; decoding eagerly", stacklevel=2)
         return real(*args, kv_cache=kv_cache, **kwargs)
 
-    monkeypatch.setattr(bench, "ours_generate", warning)
+    monkeypatch.setattr(bench.generation, "ours_generate", warning)
     model, tok = tiny
-    rows = bench.measure_generation(model, tok, "cpu", bench.SIZES["quick"])
+    rows = bench.generation.measure_generation(model, tok, "cpu", bench.common.SIZES["quick"])
     static = next(r for r in rows if r.what == "generate: ours + sharing + static cache")
     assert static.note.count("CUDA graph capture failed here") == 1, static.note
 
@@ -375,11 +375,11 @@ def test_each_runs_per_device_k_trains_as_a_grid_with_that_setting(monkeypatch):
         calls.append((slots, torch.get_num_threads()))
 
     monkeypatch.setattr(workers, "run_grid", grid)
-    size = {**bench.SIZES["quick"], "pool_runs": (1, 2)}
+    size = {**bench.common.SIZES["quick"], "pool_runs": (1, 2)}
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as under the full CPU bench's OMP_NUM_THREADS=1
     try:
-        rows = bench.measure_runs_per_device(models.TINY_RANDOM, "cpu", size)
+        rows = bench.pool.measure_runs_per_device(models.TINY_RANDOM, "cpu", size)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
@@ -393,7 +393,7 @@ def test_a_long_section_keeps_the_parts_it_finished(tmp_path, monkeypatch):
     setting that breaks, partway through it keeps the settings already measured, on disk."""
 
     def train_step(name, device, size):
-        yield [bench.Row("train step: time/step", 1.5, "s")]
+        yield [bench.common.Row("train step: time/step", 1.5, "s")]
         assert json.loads((tmp_path / "cpu.json").read_text())["rows"][0]["value"] == 1.5  # saved
         raise RuntimeError("the second setting broke")
 
@@ -439,7 +439,7 @@ def test_memory_alone_reports_no_process_peak(tmp_path, monkeypatch):
     """The process's peak row is the peak of the sections run before it in this process. With
     `--only memory` nothing ran here (the head rows measure in fresh processes), and an H100 bench
     printed a peak of 0 GB; the row is left out then and kept when a section ran first."""
-    head_row = bench.Row("head memory: stand-in", 1.0, "GB")
+    head_row = bench.common.Row("head memory: stand-in", 1.0, "GB")
     monkeypatch.setattr(bench, "measure_head_memory", lambda *a, **k: [head_row])
     bench.run(models.TINY_RANDOM, "cpu", tmp_path / "alone", quick=True, only=("memory",))
     whats = [r["what"] for r in json.loads((tmp_path / "alone" / "cpu.json").read_text())["rows"]]
@@ -501,4 +501,4 @@ def test_bench_refuses_an_out_that_is_a_file_before_it_measures(tmp_path, monkey
     (tmp_path / "report").write_text("")
     assert main(["bench", "--quick", "--model", "tiny-random", "--out", str(tmp_path / "report")]) == 2
     assert "is a file: name a folder" in capsys.readouterr().err
-    assert OUTPUTS == Path(bench.__file__).resolve().parents[1] / "outputs"
+    assert OUTPUTS == Path(bench.__file__).resolve().parents[2] / "outputs"

@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+import pytest
 import tomllib
 import yaml
 
@@ -71,19 +72,21 @@ def _local_imports(path: Path, package: str) -> list[str]:
     return [m.removeprefix(package + ".") for m in found if m.startswith(package + ".")]
 
 
-def test_each_analysis_module_imports_only_those_its_package_docstring_lists_above_it():
-    """The package's docstring lists its modules in the order a verdict is built, each importing
-    only those above it; a module that reached down (stats importing judging) would make the
-    layers a tangle to read and a cycle to import. A new module must be listed there too."""
-    import ragen_lib.analysis
+@pytest.mark.parametrize("package", ["analysis", "bench"])
+def test_each_module_of_a_package_imports_only_those_its_docstring_lists_above_it(package):
+    """The package's docstring lists its modules in the order they build on each other (analysis:
+    the order a verdict is built; bench: shared pieces, then the sections), each importing only
+    those above it; a module that reached down (stats importing judging) would make the layers a
+    tangle to read and a cycle to import. A new module must be listed there too."""
+    import importlib
 
-    pkg = ROOT / "ragen_lib" / "analysis"
-    order = re.findall(r"^- `(\w+)`:", ragen_lib.analysis.__doc__, re.M)
+    pkg = ROOT / "ragen_lib" / package
+    order = re.findall(r"^- `(\w+)`:", importlib.import_module(f"ragen_lib.{package}").__doc__, re.M)
     files = sorted(p.stem for p in pkg.glob("*.py") if p.stem != "__init__")
-    assert sorted(order) == files, f"analysis/__init__.py's docstring lists {order}; the files are {files}"
+    assert sorted(order) == files, f"{package}/__init__.py's docstring lists {order}; the files are {files}"
     for i, name in enumerate(order):
-        later = set(_local_imports(pkg / f"{name}.py", "ragen_lib.analysis")) - set(order[:i])
-        assert not later, f"analysis/{name}.py imports {sorted(later)}, listed below it in the docstring"
+        later = set(_local_imports(pkg / f"{name}.py", f"ragen_lib.{package}")) - set(order[:i])
+        assert not later, f"{package}/{name}.py imports {sorted(later)}, listed below it in the docstring"
 
 
 def test_the_worker_pool_imports_nothing_of_the_grids_it_trains():
