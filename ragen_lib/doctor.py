@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lib import attention, generation, models
+from ragen_lib import attention, generation, models, runs
 from ragen_lib import metrics as M
 
 ALGOS = ("starpo-ppo", "starpo-grpo", "starpo-s", "apo")
@@ -528,8 +528,6 @@ def _peak_gb(device: str) -> float:
 
 
 def _commit() -> str:
-    from ragen_lib import runs
-
     return runs.git_commit()
 
 
@@ -564,7 +562,8 @@ def markdown(head: dict, checks: list[Check]) -> str:
 def write(out: Path, head: dict, checks: list[Check]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / M.device_slug(head["device"])
-    stem.with_suffix(".md").write_text(markdown(head, checks))
+    # Rewritten after every check: a check killed mid-write keeps the previous report whole.
+    runs.write_atomic(stem.with_suffix(".md"), markdown(head, checks))
     payload = {"header": head, "checks": [c.__dict__ for c in checks]}
-    stem.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    runs.write_atomic(stem.with_suffix(".json"), json.dumps(payload, indent=2, default=str) + "\n")
     return stem.with_suffix(".md")

@@ -492,6 +492,7 @@ def measured_step(cuda: bool, bench_dir: Path | None = None, gpu: str | None = N
     host's GPU name (None: torch's, where it sees one). Shape: P, N, turns, tokens per turn."""
     import json
     import re
+    import warnings
 
     import torch
 
@@ -505,7 +506,18 @@ def measured_step(cuda: bool, bench_dir: Path | None = None, gpu: str | None = N
     if cuda and gpu is not None:  # an A100's seconds are not an H100's: this GPU's file or nothing
         files = [f for f in files if f.stem == device_slug(gpu)]
     for f in files:
-        data = json.loads(f.read_text())
+        try:
+            data = json.loads(f.read_text())
+            readable = isinstance(data, dict) and isinstance(data.get("rows", []), list)
+            why = None if readable else "no list of rows"
+        except (OSError, ValueError) as e:
+            why = f"{type(e).__name__}: {e}"
+        if why is not None:
+            # Torn (a bench killed mid-write before reports were written atomically) or edited: the
+            # plan goes on without its figure, saying so, rather than failing replicate-all.
+            msg = f"{f} is not a bench report ({why}): its step time is not used; rerun `make bench`"
+            warnings.warn(msg, stacklevel=2)
+            continue
         for row in data.get("rows", []):
             if row.get("what") == "train step: time/step":
                 m = re.search(_BENCH_SHAPE, row.get("note", ""))

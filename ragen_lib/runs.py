@@ -143,8 +143,8 @@ def _no_space(path: Path, need_bytes: int, what: str = "") -> DiskFullError:
     return DiskFullError(
         errno.ENOSPC,
         f"no space left writing {path} (about {need_bytes / 1e6:.0f} MB needed, "
-        f"{_free_mb(path.parent):.0f} MB free on that disk){what}. Free space there, or move the store "
-        "to a larger disk (RAGEN_OUTPUTS / --out), then rerun: the run resumes from its last checkpoint",
+        f"{_free_mb(path.parent):.0f} MB free on that disk){what}. Free space there, or move the outputs "
+        "to a larger disk (RAGEN_OUTPUTS / --out), then rerun: a run resumes from its last checkpoint",
     )
 
 
@@ -168,9 +168,11 @@ def _line_row(line: bytes) -> dict | None:
     return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Write a small file whole or not at all: a temporary file, fsynced, then renamed over it. The
-    temporary name holds the PID: two processes creating the same run never share one."""
+    temporary name holds the PID: two processes creating the same run never share one. The store's
+    files, and every report rewritten while its job runs (REPORT.md, verdicts, bench, gpu-check): a
+    job killed mid-write (a GPU lease's time limit) leaves the previous version, never half a file."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     data = text.encode()
     try:
@@ -362,7 +364,7 @@ class Run:
                 raise CorruptRunError(self._mismatch(saved, cfg))
         else:
             self.path.mkdir(parents=True, exist_ok=True)
-            _atomic_write(cfg_file, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            write_atomic(cfg_file, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
     # --- config -------------------------------------------------------------------------------
     def saved_config(self) -> dict:
@@ -627,7 +629,7 @@ class Run:
         if final_weights is not None:
             save_state(self.path / FINAL_WEIGHTS, {**self._identity(self.steps - 1), **final_weights})
         record = self._done_record(summary or {}, revisions.REVISION)
-        _atomic_write(self.path / DONE, json.dumps(record))
+        write_atomic(self.path / DONE, json.dumps(record))
         shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
 
     def _done_record(self, summary: dict, revision: int | None) -> dict:
@@ -864,7 +866,7 @@ class Run:
                 else "differs from the checkpoint's copy"
             )
             moved = self._quarantine([self.path / "metrics.jsonl"])
-            _atomic_write(self.path / "metrics.jsonl", copy)
+            write_atomic(self.path / "metrics.jsonl", copy)
             warnings.warn(
                 f"{self.path / 'metrics.jsonl'} {what}; restored steps 0-{step} from checkpoint step "
                 f"{step} (the old file is kept in {moved})",
@@ -896,7 +898,7 @@ class Run:
 
     def _rewrite(self, name: str, rows: list[dict]) -> None:
         if (self.path / name).exists():
-            _atomic_write(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
+            write_atomic(self.path / name, "".join(json.dumps(r) + "\n" for r in rows))
 
     def _quarantine(self, files: list[Path], *, copy: bool = False) -> Path:
         """Move files into quarantine/<time>/ (results are never deleted); returns that folder. A
@@ -933,7 +935,7 @@ class Run:
                     f"{cfg_file} is missing and no config recorded in DONE or a checkpoint has the "
                     f"folder's hash {self.folder_hash}: move the folder aside; the grid trains it again"
                 )
-            _atomic_write(cfg_file, yaml.safe_dump(original, sort_keys=False))
+            write_atomic(cfg_file, yaml.safe_dump(original, sort_keys=False))
             done.append("config.yaml was missing: restored from the run's own record")
         try:
             saved_hash = config.dict_hash(self.saved_config())
@@ -947,7 +949,7 @@ class Run:
             box = self._quarantine([cfg_file], copy=original is not None)
             if original is not None:
                 shutil.copy(box / "config.yaml", self.path / "config.yaml.edited")
-                _atomic_write(cfg_file, yaml.safe_dump(original, sort_keys=False))
+                write_atomic(cfg_file, yaml.safe_dump(original, sort_keys=False))
                 done.append("config.yaml restored from the run's own record; your edit is config.yaml.edited")
             else:
                 everything = [p for p in self.path.iterdir() if p.name not in (QUARANTINE, LOCK)]
@@ -991,7 +993,7 @@ class Run:
                     copy = state.get("metrics") if state is not None else None
                     if copy is not None:
                         box = self._quarantine([self.path / "metrics.jsonl"], copy=True)
-                        _atomic_write(self.path / "metrics.jsonl", copy)
+                        write_atomic(self.path / "metrics.jsonl", copy)
                         done.append(
                             f"{str(e).split('. ')[0]}: restored steps 0-{step} from checkpoint step {step} "
                             f"(the old file is kept in {box}); the run resumes from there"
@@ -1015,7 +1017,7 @@ class Run:
             box = self._quarantine([file], copy=True)
             rows = (_line_row(line) for line in file.read_bytes().split(b"\n"))
             good = [r for r in rows if r is not None and (upto is None or r["step"] <= upto)]
-            _atomic_write(file, "".join(json.dumps(r) + "\n" for r in good))
+            write_atomic(file, "".join(json.dumps(r) + "\n" for r in good))
             return str(e).split(". ")[0], len(good), box
 
     def _cut_torn_tail_of_finished(self) -> list[str]:
@@ -1033,7 +1035,7 @@ class Run:
             return []
         box = self._quarantine([file], copy=True)
         raw = file.read_bytes()
-        _atomic_write(file, raw[: len(raw) - len(tail)].decode())
+        write_atomic(file, raw[: len(raw) - len(tail)].decode())
         return [f"{file} ended in an incomplete line after its last step: cut (the file is kept in {box})"]
 
     def _rebuild_unreadable_done(self) -> list[str]:
@@ -1055,7 +1057,7 @@ class Run:
         first = re.match(rb'\{"training_revision": (\d+)', file.read_bytes())  # DONE's first key
         revision = int(first.group(1)) if first else None
         rebuilt = {"final": rows[-1], "rebuilt_by_repair": time.strftime("%Y-%m-%d %H:%M:%S")}
-        _atomic_write(file, json.dumps(self._done_record(rebuilt, revision)))
+        write_atomic(file, json.dumps(self._done_record(rebuilt, revision)))
         return [
             f"{file} did not read and the metrics hold every step: rebuilt from them and config.yaml "
             f"(the commit and device it trained on are not recorded"

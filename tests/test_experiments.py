@@ -712,6 +712,16 @@ def test_plan_estimates_minutes_from_the_measured_step(tmp_path, monkeypatch):
     assert experiments.measured_step(cuda=True, bench_dir=bench, gpu="NVIDIA A100")["s_per_step"] == 9.0
     assert experiments.measured_step(cuda=True, bench_dir=bench, gpu="NVIDIA H200") is None
     (bench / "nvidia-a100.json").unlink()
+    # a torn report (first in the order) or one that is no report is passed over, named, not a traceback
+    (bench / "a-torn.json").write_text(json.dumps({"header": {}, "rows": [row]})[:40])
+    (bench / "b-list.json").write_text("[1, 2]")
+    with pytest.warns(UserWarning) as seen:
+        assert experiments.measured_step(cuda=True, bench_dir=bench)["s_per_step"] == 2.0
+    said = [str(w.message) for w in seen]
+    assert any("a-torn.json is not a bench report (JSONDecodeError" in s for s in said), said
+    assert any("b-list.json is not a bench report (no list of rows)" in s for s in said), said
+    (bench / "a-torn.json").unlink()
+    (bench / "b-list.json").unlink()
     cfg = experiments.variants("01_instability", "smoke")[1][0][0]  # 2 × 2, 2 turns × 8 tokens, 3 steps
     assert experiments.estimate_seconds(cfg, b) == pytest.approx(2.0 * (4 * 2 * 8) / (8 * 2 * 32) * 3)
     assert experiments.estimate_seconds(cfg, None) is None

@@ -558,14 +558,14 @@ def test_a_repair_stopped_while_restoring_the_config_leaves_a_config_yaml(tmp_pa
     run.close()
     cfg_file = run.path / "config.yaml"
     cfg_file.write_text(cfg_file.read_text().replace("steps: 12", "steps: 50"))
-    real = runs._atomic_write
+    real = runs.write_atomic
 
     def stopped(path, text):
         if path.name == "config.yaml":
             raise KeyboardInterrupt
         real(path, text)
 
-    monkeypatch.setattr(runs, "_atomic_write", stopped)
+    monkeypatch.setattr(runs, "write_atomic", stopped)
     with pytest.raises(KeyboardInterrupt):
         Run(run.path).repair()
     assert "steps: 50" in cfg_file.read_text()  # still there: the edit, untouched

@@ -77,8 +77,8 @@ def attach_before(rows: list[Row], before: dict) -> None:
 def write(out: Path, head: dict, rows: list[Row]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / M.device_slug(head["device"])
-    stem.with_suffix(".md").write_text(markdown(head, rows))
-    stem.with_suffix(".json").write_text(
-        json.dumps({"header": head, "rows": [dataclasses.asdict(r) for r in rows]}, indent=2) + "\n"
-    )
+    # Rewritten after every section: a bench killed mid-write keeps the previous report whole.
+    runs.write_atomic(stem.with_suffix(".md"), markdown(head, rows))
+    rows_json = {"header": head, "rows": [dataclasses.asdict(r) for r in rows]}
+    runs.write_atomic(stem.with_suffix(".json"), json.dumps(rows_json, indent=2) + "\n")
     return stem.with_suffix(".md")
