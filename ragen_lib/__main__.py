@@ -18,6 +18,7 @@ printed as one message saying what to do, with exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -79,6 +80,21 @@ def _run(args) -> int:
     return 0
 
 
+def _not_a_bench_report(path: Path) -> str | None:
+    """Why `path` is not a report `bench` wrote (its JSON: a header and rows of what and value), or
+    None: a torn or foreign file was a JSONDecodeError or KeyError traceback at `--before`."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("header"), dict) or not isinstance(rows, list):
+        return "no header and rows"
+    if not all(isinstance(r, dict) and "what" in r and "value" in r for r in rows):
+        return "a row without what and value"
+    return None
+
+
 def _bench(args) -> int:
     import torch
 
@@ -93,6 +109,8 @@ def _bench(args) -> int:
         raise ConfigError(
             f"--before {args.before}: no such file (an earlier report's .json, e.g. outputs/bench/cpu.json)"
         )
+    if args.before is not None and (why := _not_a_bench_report(Path(args.before))):
+        raise ConfigError(f"--before {args.before}: not a bench report ({why}); give an earlier bench .json")
     if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"--device {args.device}: torch {torch.__version__} sees no CUDA device here; use --device cpu"
@@ -139,7 +157,6 @@ def _bundle(args) -> int:
 
 def _warmup(args) -> int:
     """Only the format warm-up of a config: how far it moves the format-valid rate, and in how long."""
-    import json
     import time
 
     from ragen_lib import models
@@ -174,7 +191,6 @@ def _zeroshot(args) -> int:
     """First answers of a model on each env's validation states, one per state: the format-valid
     rate (binomial standard error), success, and how many answers ran into the token cap. With
     --compare, the same states and sampling seed again without the `<think>` prefill."""
-    import json
     import math
     import time
 

@@ -450,8 +450,9 @@ def test_memory_alone_reports_no_process_peak(tmp_path, monkeypatch):
 
 
 def test_bench_refuses_a_bad_device_a_missing_before_file_and_an_empty_only_in_one_line(tmp_path, capsys):
-    """Each was a traceback (torch's device parser, a FileNotFoundError, bench.run's RuntimeError) or,
-    for `--only ""`, every section run; now one line naming the fix, before any model loads."""
+    """Each was a traceback (torch's device parser, a FileNotFoundError or, for a --before file that
+    is no report, a JSONDecodeError or KeyError, bench.run's RuntimeError) or, for `--only ""`, every
+    section run; now one line naming the fix, before any model loads."""
     from ragen_lib.__main__ import main
 
     out = ["--quick", "--model", "tiny-random", "--out", str(tmp_path / "b")]
@@ -463,6 +464,14 @@ def test_bench_refuses_a_bad_device_a_missing_before_file_and_an_empty_only_in_o
     )
     assert main(["bench", "--device", "cpu", "--before", str(tmp_path / "nope.json"), *out]) == 2
     assert f"error: --before {tmp_path / 'nope.json'}: no such file" in capsys.readouterr().err
+    for name, text, why in (
+        ("torn.json", '{"header": {"commit": "abc"}, "rows": [{"wh', "JSONDecodeError"),
+        ("list.json", "[]", "no header and rows"),
+        ("rows.json", '{"header": {}, "rows": [{"what": "load"}]}', "a row without what and value"),
+    ):
+        (tmp_path / name).write_text(text)
+        assert main(["bench", "--device", "cpu", "--before", str(tmp_path / name), *out]) == 2
+        assert f"error: --before {tmp_path / name}: not a bench report ({why}" in capsys.readouterr().err
     assert main(["bench", "--device", "cpu", "--only", " , ", *out]) == 2
     assert "error: --only names no section: give one or more of load,generation" in capsys.readouterr().err
     if not torch.cuda.is_available():
