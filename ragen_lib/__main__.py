@@ -627,7 +627,7 @@ class ConfigError(ValueError):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message says what to do: printed alone, without a traceback."""
-    from ragen_lib import models, rollout, runs, trainer
+    from ragen_lib import files, models, rollout, runs, trainer
 
     return (
         ConfigError,
@@ -635,7 +635,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         models.ModelNotFound,
         runs.RunLockedError,
         runs.CorruptRunError,
-        runs.DiskFullError,
+        files.DiskFullError,
         trainer.TrainingDiverged,
     )
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lib import attention, generation, models, runs
+from ragen_lib import attention, files, generation, models, runs
 from ragen_lib import metrics as M
 
 ALGOS = ("starpo-ppo", "starpo-grpo", "starpo-s", "apo")
@@ -563,7 +563,7 @@ def write(out: Path, head: dict, checks: list[Check]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / M.device_slug(head["device"])
     # Rewritten after every check: a check killed mid-write keeps the previous report whole.
-    runs.write_atomic(stem.with_suffix(".md"), markdown(head, checks))
+    files.write_atomic(stem.with_suffix(".md"), markdown(head, checks))
     payload = {"header": head, "checks": [c.__dict__ for c in checks]}
-    runs.write_atomic(stem.with_suffix(".json"), json.dumps(payload, indent=2, default=str) + "\n")
+    files.write_atomic(stem.with_suffix(".json"), json.dumps(payload, indent=2, default=str) + "\n")
     return stem.with_suffix(".md")

@@ -33,7 +33,6 @@ This module is the store only: grids and worker processes live in `experiments`.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import math
@@ -51,6 +50,7 @@ import yaml
 
 from ragen_lib import config, revisions
 from ragen_lib.config import Config
+from ragen_lib.files import disk_full, fsync_dir, no_space, save_state, write_atomic
 
 DONE = "DONE"
 LOCK = "lock"
@@ -69,10 +69,6 @@ class CorruptRunError(RuntimeError):
 
 class RunLockedError(RuntimeError):
     """Another process is writing this run; the message names it and says how to wait or stop it."""
-
-
-class DiskFullError(OSError):
-    """No space left on the run's disk; the run is left resumable."""
 
 
 class RunStoreWarning(UserWarning):
@@ -127,37 +123,6 @@ def repair_command(path) -> str:
     return f"python -m ragen_lib repair {path}"
 
 
-# --- writing files ---------------------------------------------------------------------------------
-def _disk_full(e: BaseException | None) -> bool:
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _free_mb(path: Path) -> float:
-    try:
-        return shutil.disk_usage(path).free / 1e6
-    except OSError:
-        return math.nan
-
-
-def _no_space(path: Path, need_bytes: int, what: str = "") -> DiskFullError:
-    return DiskFullError(
-        errno.ENOSPC,
-        f"no space left writing {path} (about {need_bytes / 1e6:.0f} MB needed, "
-        f"{_free_mb(path.parent):.0f} MB free on that disk){what}. Free space there, or move the outputs "
-        "to a larger disk (RAGEN_OUTPUTS / --out), then rerun: a run resumes from its last checkpoint",
-    )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
 def _line_row(line: bytes) -> dict | None:
     """A metrics or samples line as its row, or None where it is not one (not JSON, not UTF-8 at
     all, or no integer step)."""
@@ -166,79 +131,6 @@ def _line_row(line: bytes) -> dict | None:
     except ValueError:
         return None
     return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a small file whole or not at all: a temporary file, fsynced, then renamed over it. The
-    temporary name holds the PID: two processes creating the same run never share one. The store's
-    files, and every report rewritten while its job runs (REPORT.md, verdicts, bench, gpu-check): a
-    job killed mid-write (a GPU lease's time limit) leaves the previous version, never half a file."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    data = text.encode()
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if _disk_full(e):
-            raise _no_space(path, len(data)) from e
-        raise
-    _fsync_dir(path.parent)
-
-
-class _CountingWriter:
-    """The file object torch.save writes to: it records the OSError behind a failed write (torch
-    reports only "enforce fail at inline_container.cc"), so a full disk can be named as such."""
-
-    def __init__(self, f):
-        self.f, self.error = f, None
-
-    def write(self, data) -> int:
-        try:
-            return self.f.write(data)  # a buffered file writes everything or raises
-        except OSError as e:
-            self.error = e
-            raise
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def _tensor_bytes(obj) -> int:
-    """Bytes of the tensors in a (nested) state: what a checkpoint of it needs on disk."""
-    if hasattr(obj, "untyped_storage"):
-        return obj.untyped_storage().nbytes()
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in obj)
-    return len(obj) if isinstance(obj, str) else 8
-
-
-def save_state(path: Path, state: dict) -> None:
-    """`torch.save` made atomic and durable: a temporary file, fsynced, renamed over `path`. On any
-    failure the temporary file is removed and `path` is untouched; a full disk says so."""
-    import torch
-
-    tmp = path.with_name(path.name + ".tmp")
-    writer = None
-    try:
-        with open(tmp, "wb") as f:
-            writer = _CountingWriter(f)
-            torch.save(state, writer)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        cause = writer.error if writer is not None and writer.error is not None else e
-        if _disk_full(cause):
-            raise _no_space(path, _tensor_bytes(state)) from e
-        raise
-    _fsync_dir(path.parent)
 
 
 def read_state(path: Path) -> dict:
@@ -670,8 +562,8 @@ class Run:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
         except OSError as e:
-            if _disk_full(e):
-                raise _no_space(path, len(data)) from e
+            if disk_full(e):
+                raise no_space(path, len(data)) from e
             raise
         finally:
             os.close(fd)
@@ -1226,7 +1118,7 @@ def adopt(src: Path, dest: Path) -> bool:
             if dest.exists():  # another process made it first: its run stands
                 return False
             raise
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1258,7 +1150,7 @@ def adopt_into(src: Path, run: Run) -> None:
         _copy_finished(src, tmp)
         for f in sorted(tmp.iterdir(), key=lambda f: f.name == DONE):
             os.replace(f, run.path / f.name)
-        _fsync_dir(run.path)
+        fsync_dir(run.path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     run._last_step = None

@@ -518,7 +518,7 @@ def test_a_bench_killed_while_it_rewrites_its_report_keeps_the_previous_one(tmp_
     """The report is rewritten after every section, and a GPU lease ends the bench where it stands:
     killed inside a plain write_text, the JSON was left torn, and `plan` (replicate-all's first step)
     failed reading it. Now each file is replaced whole or not at all."""
-    from ragen_lib import runs
+    from ragen_lib import files
 
     first = [bench.common.Row("load: first in this process", 1.0, "s")]
     md = bench.report.write(tmp_path, {"device": "cpu"}, first)
@@ -529,7 +529,7 @@ def test_a_bench_killed_while_it_rewrites_its_report_keeps_the_previous_one(tmp_
             raise KeyboardInterrupt
         real(src, dst)
 
-    monkeypatch.setattr(runs.os, "replace", killed)
+    monkeypatch.setattr(files.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         bench.report.write(tmp_path, {"device": "cpu"}, [*first, bench.common.Row("prefill", 2.0, "s")])
     monkeypatch.undo()

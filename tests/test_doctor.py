@@ -90,7 +90,7 @@ def test_asking_for_cuda_without_one_says_what_to_do(tmp_path, monkeypatch, caps
 def test_a_check_killed_while_the_report_is_rewritten_keeps_the_previous_one(tmp_path, monkeypatch, suffix):
     """The report is rewritten after every check; a GPU lease that ends inside the write left it torn
     (the evidence of the checks before lost). Each file is replaced whole or not at all."""
-    from ragen_lib import runs
+    from ragen_lib import files
 
     head = {"device": "cpu", "status": "running"}
     md = doctor.write(tmp_path, head, [doctor.Check("environment", ok=True)])
@@ -101,7 +101,7 @@ def test_a_check_killed_while_the_report_is_rewritten_keeps_the_previous_one(tmp
             raise KeyboardInterrupt
         real(src, dst)
 
-    monkeypatch.setattr(runs.os, "replace", killed)
+    monkeypatch.setattr(files.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         doctor.write(tmp_path, head, [doctor.Check("environment", ok=True), doctor.Check("model load")])
     monkeypatch.undo()

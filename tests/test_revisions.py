@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from ragen_lib import config, experiments, revisions, runs, trainer, workers
+from ragen_lib import config, experiments, files, revisions, runs, trainer, workers
 from ragen_lib.runs import Run, RunStoreWarning
 
 
@@ -134,7 +134,7 @@ def test_an_outdated_checkpoint_is_not_resumed(tmp_path):
     assert state["training_revision"] == revisions.REVISION
     with Run(tmp_path / "r", OLD) as again:
         assert again.resume()[0] == 0  # this code's checkpoint resumes
-    runs.save_state(ckpt, {**state, "training_revision": 1})
+    files.save_state(ckpt, {**state, "training_revision": 1})
     with (
         Run(tmp_path / "r", OLD) as again,
         pytest.warns(RunStoreWarning, match="training restarts at step 0"),

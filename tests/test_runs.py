@@ -18,8 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragen_lib import config, revisions, runs
-from ragen_lib.runs import CorruptRunError, DiskFullError, Run, RunLockedError, RunStoreWarning
+from ragen_lib import config, files, revisions, runs
+from ragen_lib.files import DiskFullError
+from ragen_lib.runs import CorruptRunError, Run, RunLockedError, RunStoreWarning
 
 CFG = config.from_dict(
     {"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"seed": 0, "steps": 12}}
@@ -338,13 +339,13 @@ def test_an_older_format_checkpoint_over_a_metrics_hole_is_repaired_not_looped(t
     ckpt = run.path / "ckpt" / "step_000005.pt"
     state = runs.read_state(ckpt)
     del state["metrics"], state["config_hash"]
-    runs.save_state(ckpt, {**state, "format": 1})
+    files.save_state(ckpt, {**state, "format": 1})
     m = run.path / "metrics.jsonl"
     lines = m.read_text().splitlines(keepends=True)
     m.write_text("".join(lines[:2] + (["GARBAGE\n"] if damage == "garbage line" else []) + lines[3:]))
     with Run(run.path, CFG) as again, pytest.raises(CorruptRunError, match="older format.*repair"):
         again.resume()
-    runs.save_state(ckpt.with_name("step_000002.pt"), {**state, "format": 1})  # an older one a crash left
+    files.save_state(ckpt.with_name("step_000002.pt"), {**state, "format": 1})  # an older one a crash left
     assert main(["repair", str(run.path)]) == 0
     assert "trains again from step 0" in capsys.readouterr().out
     with Run(run.path, CFG) as again:
@@ -361,7 +362,7 @@ def test_an_older_format_checkpoint_over_whole_metrics_still_resumes(tmp_path):
     ckpt = run.path / "ckpt" / "step_000005.pt"
     state = runs.read_state(ckpt)
     del state["metrics"]
-    runs.save_state(ckpt, {**state, "format": 1})
+    files.save_state(ckpt, {**state, "format": 1})
     with Run(run.path, CFG) as again:
         assert again.repair() == []
         assert again.resume()[0] == 5 and steps_of(again) == list(range(6))
@@ -369,7 +370,7 @@ def test_an_older_format_checkpoint_over_whole_metrics_still_resumes(tmp_path):
 
 def test_checkpoint_past_the_last_step_is_refused(tmp_path):
     run = trained(tmp_path / "r", 5)
-    runs.save_state(run.path / "ckpt" / "step_000099.pt", {**run._identity(99), "metrics": ""})
+    files.save_state(run.path / "ckpt" / "step_000099.pt", {**run._identity(99), "metrics": ""})
     run.close()
     with Run(run.path, CFG) as again, pytest.raises(CorruptRunError, match="past this run's last step 11"):
         again.resume()
@@ -733,8 +734,8 @@ class FullFile:
 def test_full_disk_injected_names_the_file_and_leaves_the_run_resumable(tmp_path, monkeypatch):
     run = trained(tmp_path / "r", 2, ckpt_every=2)  # checkpoint at 1
     run.log(3, {"a": 3})
-    real = runs._CountingWriter
-    monkeypatch.setattr(runs, "_CountingWriter", lambda f: real(FullFile(f, 4096)))
+    real = files._CountingWriter
+    monkeypatch.setattr(files, "_CountingWriter", lambda f: real(FullFile(f, 4096)))
     with pytest.raises(DiskFullError, match=r"no space left writing .*step_000003.pt \(about \d+ MB needed"):
         run.save_checkpoint(3, {"w": torch.zeros(1_000_000)})
     monkeypatch.undo()
@@ -758,7 +759,8 @@ def test_full_disk_injected_names_the_file_and_leaves_the_run_resumable(tmp_path
 TMPFS_SCRIPT = """
 import json, os, sys, torch
 from ragen_lib import config
-from ragen_lib.runs import DiskFullError, Run
+from ragen_lib.files import DiskFullError
+from ragen_lib.runs import Run
 cfg = config.from_dict({"train": {"steps": 12}})
 run = Run(os.path.join(sys.argv[1], "r"), cfg)
 out = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ragen_lib import models, runs
+from ragen_lib import files, models, runs
 from ragen_lib.analysis.claims import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -86,7 +86,7 @@ class Verdict:
         out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
-        runs.write_atomic(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
+        files.write_atomic(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
         return out
 
 
@@ -217,7 +217,7 @@ def report(profile: str) -> Path:
                 f"{r['power']} | {d} | |"
             )
     out = base / "REPORT.md"
-    runs.write_atomic(out, "\n".join(lines) + "\n")
+    files.write_atomic(out, "\n".join(lines) + "\n")
     return out
 
 

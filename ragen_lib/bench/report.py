@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from ragen_lib import files, runs
 from ragen_lib import metrics as M
-from ragen_lib import runs
 from ragen_lib.bench.common import Row
 
 
@@ -78,7 +78,7 @@ def write(out: Path, head: dict, rows: list[Row]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / M.device_slug(head["device"])
     # Rewritten after every section: a bench killed mid-write keeps the previous report whole.
-    runs.write_atomic(stem.with_suffix(".md"), markdown(head, rows))
+    files.write_atomic(stem.with_suffix(".md"), markdown(head, rows))
     rows_json = {"header": head, "rows": [dataclasses.asdict(r) for r in rows]}
-    runs.write_atomic(stem.with_suffix(".json"), json.dumps(rows_json, indent=2) + "\n")
+    files.write_atomic(stem.with_suffix(".json"), json.dumps(rows_json, indent=2) + "\n")
     return stem.with_suffix(".md")
