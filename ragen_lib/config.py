@@ -1017,8 +1017,9 @@ def check_model_name(name: str, key: str = "model.name") -> None:
 
 
 def _choice(name: str, value, valid: tuple) -> None:
-    if value not in valid:
-        raise ValueError(f"{name}={value!r} is not valid; choose one of: {', '.join(map(str, valid))}")
+    if value not in valid:  # the closest choice first: token_mean for token-mean, starpo_s for starpo-s
+        hint = did_you_mean(value, valid)
+        raise ValueError(f"{name}={value!r} is not valid{hint}; choose one of: {', '.join(map(str, valid))}")
 
 
 _FIELD_KINDS = (

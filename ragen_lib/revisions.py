@@ -190,7 +190,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.losses": "72100ef76e2e",
     "ragen_lib.algorithms.objectives": "257893b24e71",
     "ragen_lib.attention": "d6e4c20eb7bc",
-    "ragen_lib.config": "37f82c754fae",
+    "ragen_lib.config": "ed91e2001f34",
     "ragen_lib.distributed": "199d37d1ed1a",
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "cc22b6fcd5c8",

@@ -149,7 +149,13 @@ def test_a_preset_resolves_wherever_the_config_is_built():
     [
         ({"algo.name": "apo", "algo.filter_keep": 0.5}, "needs algo.filter_keep=1"),
         ({"algo.name": "apo", "algo.apo_prompt_pool": 8}, "raise it"),  # 8 groups × 16 > 8
-        ({"algo.objective": "dpo"}, "algo.objective='dpo' is not valid; choose one of: ppo-clip, apo"),
+        (
+            {"algo.objective": "dpo"},
+            r"algo.objective='dpo' is not valid \(did you mean apo\?\); choose one of: ppo-clip, apo",
+        ),
+        # a spelling of a choice names it (it listed them all, the closest among them unmarked)
+        ({"train.loss_agg": "token_mean"}, r"'token_mean' is not valid \(did you mean token-mean\?\)"),
+        ({"algo.name": "starpo_s"}, r"algo.name='starpo_s' is not valid \(did you mean starpo-s\?\); choose"),
         # a KL reward only gae reads: with grpo or apo the penalty acted nowhere, yet kl_ref was logged
         ({"algo.name": "starpo-grpo", "algo.kl_in_reward": True}, "only gae reads a per-token KL reward"),
         ({"algo.name": "apo", "algo.kl_coef": 0.01}, "Set algo.kl_in_reward=false .* or algo.kl_coef=0"),
