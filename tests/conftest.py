@@ -1,5 +1,9 @@
+import os
+from pathlib import Path
+
 import pytest
 
+from ragen_lib import files
 from ragen_lib.envs.base import TextEnv
 
 
@@ -35,3 +39,22 @@ class LineEnv(TextEnv):
 @pytest.fixture
 def line_env():
     return LineEnv()
+
+
+@pytest.fixture
+def kill_at_rename(monkeypatch):
+    """`kill_at_rename(".json")`: from then on, renaming a written temporary file into place as a
+    file of that suffix raises KeyboardInterrupt, as a job killed (a GPU lease's end) with the new
+    bytes written but not yet in place. `monkeypatch.undo()` ends it."""
+
+    def arm(suffix: str) -> None:
+        real = os.replace
+
+        def killed(src, dst):
+            if Path(dst).suffix == suffix:
+                raise KeyboardInterrupt
+            real(src, dst)
+
+        monkeypatch.setattr(files.os, "replace", killed)
+
+    return arm

@@ -514,22 +514,15 @@ def test_bench_refuses_an_out_that_is_a_file_before_it_measures(tmp_path, monkey
 
 
 @pytest.mark.parametrize("suffix", [".md", ".json"])
-def test_a_bench_killed_while_it_rewrites_its_report_keeps_the_previous_one(tmp_path, monkeypatch, suffix):
+def test_a_bench_killed_while_it_rewrites_its_report_keeps_the_previous_one(
+    tmp_path, monkeypatch, kill_at_rename, suffix
+):
     """The report is rewritten after every section, and a GPU lease ends the bench where it stands:
     killed inside a plain write_text, the JSON was left torn, and `plan` (replicate-all's first step)
     failed reading it. Now each file is replaced whole or not at all."""
-    from ragen_lib import files
-
     first = [bench.common.Row("load: first in this process", 1.0, "s")]
     md = bench.report.write(tmp_path, {"device": "cpu"}, first)
-    real = os.replace
-
-    def killed(src, dst):  # the lease's end, with this file's new bytes written but not yet in place
-        if Path(dst).suffix == suffix:
-            raise KeyboardInterrupt
-        real(src, dst)
-
-    monkeypatch.setattr(files.os, "replace", killed)
+    kill_at_rename(suffix)
     with pytest.raises(KeyboardInterrupt):
         bench.report.write(tmp_path, {"device": "cpu"}, [*first, bench.common.Row("prefill", 2.0, "s")])
     monkeypatch.undo()

@@ -2,7 +2,6 @@
 the same command does the full check."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,21 +86,14 @@ def test_asking_for_cuda_without_one_says_what_to_do(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.parametrize("suffix", [".md", ".json"])
-def test_a_check_killed_while_the_report_is_rewritten_keeps_the_previous_one(tmp_path, monkeypatch, suffix):
+def test_a_check_killed_while_the_report_is_rewritten_keeps_the_previous_one(
+    tmp_path, monkeypatch, kill_at_rename, suffix
+):
     """The report is rewritten after every check; a GPU lease that ends inside the write left it torn
     (the evidence of the checks before lost). Each file is replaced whole or not at all."""
-    from ragen_lib import files
-
     head = {"device": "cpu", "status": "running"}
     md = doctor.write(tmp_path, head, [doctor.Check("environment", ok=True)])
-    real = os.replace
-
-    def killed(src, dst):  # the lease's end, with this file's new bytes written but not yet in place
-        if Path(dst).suffix == suffix:
-            raise KeyboardInterrupt
-        real(src, dst)
-
-    monkeypatch.setattr(files.os, "replace", killed)
+    kill_at_rename(suffix)
     with pytest.raises(KeyboardInterrupt):
         doctor.write(tmp_path, head, [doctor.Check("environment", ok=True), doctor.Check("model load")])
     monkeypatch.undo()
