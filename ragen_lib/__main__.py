@@ -80,21 +80,6 @@ def _run(args) -> int:
     return 0
 
 
-def _not_a_bench_report(path: Path) -> str | None:
-    """Why `path` is not a report `bench` wrote (its JSON: a header and rows of what and value), or
-    None: a torn or foreign file was a JSONDecodeError or KeyError traceback at `--before`."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return f"{type(e).__name__}: {e}"
-    rows = data.get("rows") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("header"), dict) or not isinstance(rows, list):
-        return "no header and rows"
-    if not all(isinstance(r, dict) and "what" in r and "value" in r for r in rows):
-        return "a row without what and value"
-    return None
-
-
 def _bench(args) -> int:
     import torch
 
@@ -109,8 +94,13 @@ def _bench(args) -> int:
         raise ConfigError(
             f"--before {args.before}: no such file (an earlier report's .json, e.g. outputs/bench/cpu.json)"
         )
-    if args.before is not None and (why := _not_a_bench_report(Path(args.before))):
-        raise ConfigError(f"--before {args.before}: not a bench report ({why}); give an earlier bench .json")
+    if args.before is not None:
+        try:
+            bench.report.read(args.before)
+        except ValueError as e:  # torn or foreign: a JSONDecodeError or KeyError traceback in bench.run
+            raise ConfigError(
+                f"--before {args.before}: not a bench report ({e}); give an earlier bench .json"
+            ) from e
     if (args.device or "").startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"--device {args.device}: torch {torch.__version__} sees no CUDA device here; use --device cpu"

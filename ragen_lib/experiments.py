@@ -490,12 +490,12 @@ def measured_step(cuda: bool, bench_dir: Path | None = None, gpu: str | None = N
     a CPU plan; for a GPU one, this host's GPU's file, or any GPU's where the host has none, the
     file named in the plan) and the step's shape, or None when nothing was measured. `gpu`: the
     host's GPU name (None: torch's, where it sees one). Shape: P, N, turns, tokens per turn."""
-    import json
     import re
     import warnings
 
     import torch
 
+    from ragen_lib.bench import report
     from ragen_lib.metrics import device_slug
 
     bench_dir = bench_dir or ROOT / "outputs" / "bench"
@@ -507,22 +507,18 @@ def measured_step(cuda: bool, bench_dir: Path | None = None, gpu: str | None = N
         files = [f for f in files if f.stem == device_slug(gpu)]
     for f in files:
         try:
-            data = json.loads(f.read_text())
-            readable = isinstance(data, dict) and isinstance(data.get("rows", []), list)
-            why = None if readable else "no list of rows"
+            data = report.read(f)
         except (OSError, ValueError) as e:
-            why = f"{type(e).__name__}: {e}"
-        if why is not None:
-            # Torn (a bench killed mid-write before reports were written atomically) or edited: the
-            # plan goes on without its figure, saying so, rather than failing replicate-all.
-            msg = f"{f} is not a bench report ({why}): its step time is not used; rerun `make bench`"
+            # Torn (a bench killed mid-write before reports were written whole) or edited: the plan
+            # goes on without its figure, saying so, rather than failing replicate-all.
+            msg = f"{f} is not a bench report ({e}): its step time is not used; rerun `make bench`"
             warnings.warn(msg, stacklevel=2)
             continue
-        for row in data.get("rows", []):
+        for row in data["rows"]:
             if row.get("what") == "train step: time/step":
                 m = re.search(_BENCH_SHAPE, row.get("note", ""))
                 shape = tuple(int(x) for x in m.groups()) if m else None
-                model = data.get("header", {}).get("model", "?")
+                model = data["header"].get("model", "?")
                 return {
                     "s_per_step": float(row["value"]),
                     "shape": shape,

@@ -719,7 +719,7 @@ def test_plan_estimates_minutes_from_the_measured_step(tmp_path, monkeypatch):
         assert experiments.measured_step(cuda=True, bench_dir=bench)["s_per_step"] == 2.0
     said = [str(w.message) for w in seen]
     assert any("a-torn.json is not a bench report (JSONDecodeError" in s for s in said), said
-    assert any("b-list.json is not a bench report (no list of rows)" in s for s in said), said
+    assert any("b-list.json is not a bench report (no header and rows)" in s for s in said), said
     (bench / "a-torn.json").unlink()
     (bench / "b-list.json").unlink()
     cfg = experiments.variants("01_instability", "smoke")[1][0][0]  # 2 × 2, 2 turns × 8 tokens, 3 steps

@@ -17,7 +17,7 @@ just before) as a column and their ratio before/after: `make bench-before-after`
 `run` (this file) measures the sections in `SECTIONS`' order and writes the report after each. The
 modules, each importing only modules above it:
 - `common`: the workloads (`SIZES`, `WORK_SIZE`), `Row`, `timed`, `trim_host_memory`.
-- `report`: the header and the Markdown / JSON files.
+- `report`: the header, the Markdown / JSON files (`write`) and a report read back (`read`).
 - `generation`: sections `load`, `generation` (with decode attention) and `prefill`.
 - `update`: section `update`.
 - `training`: sections `train`, `work` and `turns`, and `train_config`, the config of each that trains.
@@ -32,7 +32,6 @@ replaced in that section's module (`monkeypatch.setattr(bench.vs_trl, "our_grpo_
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 import types
@@ -51,7 +50,7 @@ from ragen_lib.bench.generation import (
 )
 from ragen_lib.bench.memory import measure_head_memory, peak_memory
 from ragen_lib.bench.pool import measure_runs_per_device
-from ragen_lib.bench.report import attach_before, fmt, header, write
+from ragen_lib.bench.report import attach_before, fmt, header, read, write
 from ragen_lib.bench.training import measure_train_step, measure_turns, measure_work
 from ragen_lib.bench.update import measure_update
 from ragen_lib.bench.vs_trl import measure_trl
@@ -85,7 +84,7 @@ def run(
     unknown = set(only) - set(SECTIONS)
     if unknown:
         raise ValueError(f"unknown bench sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    old = json.loads(Path(before).read_text()) if before is not None else None  # a bad path fails now
+    old = read(before) if before is not None else None  # a bad path or a torn file fails now
     name = model or models.default_model()
     device = device or models.default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():

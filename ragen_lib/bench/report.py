@@ -74,6 +74,24 @@ def attach_before(rows: list[Row], before: dict) -> None:
         r.before = old.get(r.what)
 
 
+def read(path: str | Path) -> dict:
+    """The JSON of a report `write` wrote: a header and rows of what and value. Anything else (a
+    report torn by a bench killed mid-write before reports were written whole, a foreign JSON)
+    raises ValueError with the reason, which `bench --before` and `plan` print beside the path; a
+    file that cannot be read raises its OSError (FileNotFoundError names the path)."""
+    raw = Path(path).read_bytes()
+    try:
+        data = json.loads(raw)  # bytes: text that is not UTF-8 is a reason too, not a traceback
+    except ValueError as e:
+        raise ValueError(f"{type(e).__name__}: {e}") from e
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("header"), dict) or not isinstance(rows, list):
+        raise ValueError("no header and rows")
+    if not all(isinstance(r, dict) and "what" in r and "value" in r for r in rows):
+        raise ValueError("a row without what and value")
+    return data
+
+
 def write(out: Path, head: dict, rows: list[Row]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / M.device_slug(head["device"])
