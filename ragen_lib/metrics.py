@@ -186,6 +186,11 @@ METRICS: dict[str, Metric] = {
     "time/update": Metric("update s", "seconds of the mini-batch updates"),
     "time/step": Metric("step s", "seconds of the whole step, validation included"),
     "time/v_star": Metric("V* s", "A*-PO stage 1 seconds", "A*-PO: step 0 and each V* refresh"),
+    "time/setup": Metric(
+        "setup s",
+        "seconds before the first step: model load, warm-up, reference and optimizers, A*-PO's stage 1",
+        "step 0 (not after a resume)",
+    ),
     "time/train_step": Metric(
         "train s / step",
         "time/rollout + time/forward + time/update: no validation, no V*",

@@ -46,6 +46,7 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
     pass None. Returns the metric rows of the steps run in this call (the same on every rank).
     """
     t, a = cfg.train, cfg.algo
+    t_setup = time.perf_counter()
     torch.manual_seed(t.seed)
     device = local_device(cfg.model.device or models.default_device())
     ranks = Ranks(device)
@@ -76,6 +77,9 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
         t_vs = time.perf_counter()
         v_star = VStar.restore(state, cfg) if state is not None else VStar.estimate(reference, tok, cfg)
         warm["time/v_star"] = time.perf_counter() - t_vs  # stage 1's one-off cost, logged at step 0
+    # What a run costs before its first step (load, warm-up, stage 1): `backlog` adds it to the
+    # steps' seconds when it decides whether a run fits what is left of a GPU lease.
+    warm["time/setup"] = time.perf_counter() - t_setup
 
     rows = []
     group_size = 1 if v_star else t.group_size  # A*-PO: one sample per state in stage 2

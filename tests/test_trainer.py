@@ -61,6 +61,9 @@ def test_every_algorithm_runs_and_logs_the_step_keys(algo, env):
     assert set(metrics.STEP_KEYS) <= set(rows[0])  # the names plots rely on
     assert set(rows[0]) - {"step"} <= set(metrics.METRICS)  # and nothing unnamed
     assert ("time/v_star" in rows[0]) == (algo == "apo")  # stage 1's cost, at step 0
+    # the seconds before step 0, stage 1 included (backlog estimates a whole run from it); once
+    assert rows[0]["time/setup"] > 0 and rows[0]["time/setup"] >= rows[0].get("time/v_star", 0)
+    assert "time/setup" not in rows[1]
     if algo not in ("starpo-ppo", "starpo-s"):
         assert all(math.isnan(r["critic/explained_var"]) for r in rows)  # no critic, nothing to explain
     assert all(math.isfinite(r["loss/policy"]) for r in rows)  # A*-PO's regression loss too
