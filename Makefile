@@ -27,7 +27,7 @@ STAMP :=
 endif
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report lab bench bench-before-after gpu-check offline-bundle clean-venv help
+.PHONY: venv test test-notebooks notebooks test-fast lint demo check-learning replicate-all replicate report backlog lab bench bench-before-after gpu-check offline-bundle clean-venv help
 
 help:
 	@echo "make demo        multi-turn Sokoban rollout of the embedded model, rendered turn by turn"
@@ -36,6 +36,8 @@ help:
 	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  plan (disk check), then every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook (its plan first);  make report: outputs/<profile>/REPORT.md;  make lab"
+	@echo "make backlog [PROFILE=quick] [BUDGET_S=480]  runs left, judged studies first; BUDGET_S: train what fits"
+	@echo "                 (RAGEN_TRAIN=stored make replicate-all: judge only the runs stored, train nothing)"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update; QUICK=1: outputs/bench/quick/)"
 	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
 	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
@@ -165,6 +167,12 @@ replicate: $(STAMP)
 
 report: $(STAMP)
 	$(PY) -m ragen_lib report $(PROFILE)
+
+# The runs PROFILE has left, judged studies first, with estimates; BUDGET_S=480 trains those expected
+# to finish in 480 s (a GPU lease: README, "A lease at a time"). RAGEN_TRAIN=stored make replicate-all
+# then judges what is stored.
+backlog: $(STAMP)
+	$(PY) -m ragen_lib backlog $(PROFILE) $(if $(BUDGET_S),--train $(BUDGET_S))
 
 # JupyterLab is the `lab` extra, installed here on first use: the test suite and the headless
 # replication (papermill) do not need it, so `make test` and CI never download it.

@@ -197,7 +197,7 @@ PRIMARY = ["table2 newvocab"]  # FrozenLake's row: at random play and under-powe
 # %%
 df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(variant, axis=1)
+df["variant"] = df.apply(variant, axis=1, result_type="reduce")  # "reduce": a column even with no run stored
 STUDIES = studies(df)
 print(analysis.criteria(STUDIES))
 
@@ -231,18 +231,19 @@ for study, title in (
     fig = plots.curves(part, shown, hue="variant", title=title)
     figures.append(plots.save(fig, profile, f"{finding}_{study}"))
 columns = [c for c in val_cols if pxn[c].notna().any()]
-seeded = pd.concat(
-    [plots.per_seed(pxn, c, ["variant"]).rename(columns={c: "success"}).assign(column=c) for c in columns]
-)
-bar = plots.bars(
-    seeded,
-    "column",
-    "success",
-    hue="variant",
-    title="Table 2: late validation success per column",
-    metric="val/success",
-)
-figures.append(plots.save(bar, profile, f"{finding}_table2"))
+if columns:  # none where no P×N run is stored yet (RAGEN_TRAIN=stored)
+    seeded = pd.concat(
+        [plots.per_seed(pxn, c, ["variant"]).rename(columns={c: "success"}).assign(column=c) for c in columns]
+    )
+    bar = plots.bars(
+        seeded,
+        "column",
+        "success",
+        hue="variant",
+        title="Table 2: late validation success per column",
+        metric="val/success",
+    )
+    figures.append(plots.save(bar, profile, f"{finding}_table2"))
 
 # %%
 verdict = analysis.decide(

@@ -339,6 +339,25 @@ def _plan(args) -> int:
     return 0
 
 
+def _backlog(args) -> int:
+    """The runs a profile has left, in training order with their estimates; with --train SECONDS,
+    trains those expected to finish within SECONDS (a GPU lease: `ragen_lib.backlog`)."""
+    from ragen_lib import backlog, experiments
+
+    try:  # an unknown profile, a grid file's typo: the message says what to fix
+        if args.train is not None:
+            experiments.load_profile(args.profile)
+            done = backlog.train(args.profile, args.train, root=args.root)
+            print(f"[backlog] trained {len(done['trained'])} run(s): {', '.join(done['trained']) or 'none'}")
+            if done["failed"]:
+                print(f"[backlog] failed (passed over): {', '.join(done['failed'])}")
+        items, studies = backlog.backlog(args.profile, root=args.root)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    print(backlog.format_backlog(items, studies, args.profile))
+    return 1 if args.train is not None and done["failed"] else 0
+
+
 def _unwritable(root) -> str | None:
     """Why folder `root` cannot be created or written (None: it can), without creating it."""
     path = Path(root).absolute()
@@ -543,6 +562,21 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument(
         "--no-check", action="store_true", help="print the plan, do not compare with free space"
     )
+    blog = sub.add_parser(
+        "backlog",
+        help="a profile's runs not stored yet, judged studies first, with estimates; --train SECONDS "
+        "trains what fits (a GPU lease)",
+    )
+    blog.add_argument("profile", help="smoke | quick | paper")
+    blog.add_argument("--root", default=None, help="run store (default: outputs/<profile> or $RAGEN_OUTPUTS)")
+    blog.add_argument(
+        "--train",
+        type=_at_least(1.0),
+        default=None,
+        metavar="SECONDS",
+        help="train the backlog's runs in order, one at a time, each only where it is expected to "
+        "finish within SECONDS of the start (a run the end of a lease cuts off is lost with the host)",
+    )
     rep = sub.add_parser("report", help="outputs/<profile>/REPORT.md from the verdicts and runs there")
     rep.add_argument("profile", help="smoke | quick | paper")
     repair = sub.add_parser(
@@ -567,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     commands = {
         "demo": _demo, "run": _run, "bench": _bench, "warmup": _warmup, "plot": _plot, "plan": _plan,
-        "report": _report, "repair": _repair, "doctor": _doctor, "bundle": _bundle, "zeroshot": _zeroshot,
+        "backlog": _backlog, "report": _report, "repair": _repair, "doctor": _doctor, "bundle": _bundle,
+        "zeroshot": _zeroshot,
     }  # fmt: skip
     try:
         return commands[args.command](args)
@@ -575,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         again = {
             "run": "the same command resumes the run from its last checkpoint",
             "bench": "the report holds the sections measured before it",
+            "backlog": "the runs it finished are stored; the one in progress resumes on this host",
         }.get(args.command, "")
         print(f"\ninterrupted{': ' + again if again else ''}", file=sys.stderr)
         return 130

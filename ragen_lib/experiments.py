@@ -55,6 +55,23 @@ def default_profile() -> str:
     return "quick" if torch.cuda.is_available() else "smoke"
 
 
+TRAIN_ENV = "RAGEN_TRAIN"
+TRAIN_MODES = ("all", "stored")
+
+
+def train_mode() -> str:
+    """What a notebook's grid trains, from RAGEN_TRAIN: `all` (the default) every run not stored yet;
+    `stored` none: the verdicts are judged on the runs already stored (a GPU's runs brought back and
+    committed, `ragen_lib.backlog`), and a row whose arms miss a run says so (INCONCLUSIVE)."""
+    mode = os.environ.get(TRAIN_ENV, "").strip() or "all"
+    if mode not in TRAIN_MODES:
+        raise ValueError(
+            f"{TRAIN_ENV}={mode!r} is not a mode{config.did_you_mean(mode, TRAIN_MODES)}: `all` trains "
+            "every missing run, `stored` trains none and judges the runs stored (unset means all)"
+        )
+    return mode
+
+
 def load_profile(profile: str, path: Path | None = None) -> dict:
     data = config.read_yaml(path or ROOT / "params" / "profiles.yaml")
     if profile not in data:
@@ -208,6 +225,15 @@ def variants(
     `papermill -p overrides '{"train.steps": 50}'` passes); `seeds` a list or its JSON text.
     Overriding a key the grid varies, or train.seed (use `seeds`), is an error: the variant would
     silently win."""
+    name, triples = judged_variants(finding, profile, seeds=seeds, overrides=overrides)
+    return name, [(cfg, labels) for cfg, labels, _ in triples]
+
+
+def judged_variants(
+    finding: str | Path, profile: str, *, seeds: list[int] | None = None, overrides: dict | str | None = None
+) -> tuple[str, list[tuple[config.Config, dict, dict | None]]]:
+    """`variants`, each with the profile's judged entry its grid point matched (`judged_entry`: {}
+    where the profile judges everything, None for a pilot point): the study it serves (`backlog`)."""
     path = grid_file(finding)
     spec = config.read_yaml(path) or {}
     if not isinstance(spec, dict):
@@ -264,7 +290,7 @@ def variants(
                 "train.seed": seed,
             }
             merged = cap_batch(merged, prof["max_episodes_per_step"])
-            out.append((config.from_dict({}, merged), labels))
+            out.append((config.from_dict({}, merged), labels, entry if labels["judged"] else None))
     if prof["judged"] != "all":
         for entry in prof["judged"]:
             if entry["finding"] == path.stem and id(entry) not in matched:
@@ -316,18 +342,46 @@ def run_finding(
     """
     check_parameters()
     profile = profile or default_profile()
+    mode = train_mode()  # a misspelt RAGEN_TRAIN stops here, before anything trains
     finding, pairs = variants(finding, profile, seeds=seeds, overrides=overrides)
     root = Path(root) if root else runs.output_root(profile)
     cfgs = [c for c, _ in pairs]
     t0 = time.perf_counter()
     slots = worker_slots(load_profile(profile)["runs_per_device"])
-    run_grid(root, finding, cfgs, train_quietly, progress=progress, slots=slots)
+    run_grid(root, finding, cfgs, train_quietly, progress=progress, slots=slots, train=mode == "all")
     wanted = grid_labels(root, finding, pairs)
+    import pandas as pd
+
     df = runs.load(root, finding, run_ids=set(wanted))  # other grids' leftovers are not even read
     df = label_rows(df, wanted)
+    missing = missing_runs(root, finding, pairs)
+    for col in dict.fromkeys(k for m in missing for k in m):  # a store with none of a grid's runs
+        if col not in df:  # still has its config and label columns, for a notebook to select on
+            df[col] = pd.Series(dtype=object)
     df["profile"] = profile
-    df.attrs.update(profile=profile, finding=finding, wall_s=time.perf_counter() - t0, root=str(root))
+    df.attrs.update(
+        profile=profile,
+        finding=finding,
+        wall_s=time.perf_counter() - t0,
+        root=str(root),
+        planned=len(wanted),
+        missing=missing,  # `analysis.decide` hands it to every row
+    )
     return df
+
+
+def missing_runs(root, finding: str, pairs) -> list[dict]:
+    """The grid points of `pairs` whose run is not stored finished (by today's code: `runs.stands`),
+    each as the columns `runs.load` would give its rows (run_id, the labels, cfg.<dotted>), so an
+    arm's selector finds the runs it lacks. Empty after a grid that trained everything; with
+    RAGEN_TRAIN=stored, what that replication could not judge. Plain records, not a frame: pandas
+    compares frames' attrs when it concatenates them, and a frame there cannot be compared."""
+    out = []
+    for cfg, labels in pairs:
+        path = runs.run_dir(root, finding, cfg)
+        if not runs.stands(path, cfg):
+            out.append({"run_id": path.name, **labels, **runs.config_columns(cfg.to_dict())})
+    return out
 
 
 def grid_labels(root, finding: str, pairs) -> dict[str, list[dict]]:
@@ -607,6 +661,7 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         "free_bytes": shutil.disk_usage(disk).free,
         "stored": stored,
         "edited": revisions.unreviewed() if stored else [],  # training modules unlike TRAINING_CODE
+        "train": train_mode(),
     }
 
 
@@ -676,6 +731,12 @@ def format_plan(p: dict) -> str:
         f"{sum(r['judged'] for r in p['findings'])} runs judged, {sum(r['pilot'] for r in p['findings'])} "
         "pilot runs (figures and numbers, no verdict)"
     )
+    if p.get("train") == "stored" and todo:
+        lines.append(
+            f"{TRAIN_ENV}=stored: nothing trains; the notebooks judge the stored runs, and the rows that "
+            f"need one of the {todo} runs above read INCONCLUSIVE (not trained). "
+            f"`python -m ragen_lib backlog {p['profile']}` lists them in training order"
+        )
     if p.get("edited"):  # here, on the terminal: a headless replication prints the grids' inside notebooks
         lines.append(revisions.unreviewed_note(p["edited"], p["stored"]))
     return "\n".join(lines)

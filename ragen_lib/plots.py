@@ -194,7 +194,8 @@ def curves(
     every panel), each seed thin, the seeds' mean bold; the format-valid rates last (`with_format_rates`).
     `hue_order`: the arms' order, which sets their colours and dashes (default: the frame's arms in
     natural order); pass one order to every figure of a notebook and an arm keeps its colour in each."""
-    _refuse_empty(df, "curves")
+    if (empty := _nothing_stored(df, "curves", title)) is not None:
+        return empty
     theme()
     metrics = with_format_rates(metrics, df)
     hue_order = _arms(df, hue, hue_order)
@@ -305,7 +306,8 @@ def bars(
     has a `FORMAT` column (`per_seed` of a success metric), a panel below shows each bar's
     format-valid rate on the same episodes. `hue_order`: as `curves`' (colours by a notebook's one
     order of arms; the bars and legend show the arms present)."""
-    _refuse_empty(df, "bars")
+    if (empty := _nothing_stored(df, "bars", title)) is not None:
+        return empty
     theme()
     x_order = order(df[x])
     arms = _arms(df, hue, hue_order) if hue else None
@@ -478,12 +480,31 @@ def unfinished_text(df: pd.DataFrame) -> str:
     return f"; unfinished: {n} run{'s' if n > 1 else ''} (drawn, not scored)" if n else ""
 
 
-def _refuse_empty(df: pd.DataFrame, what: str) -> None:
-    if df.empty:
+def _nothing_stored(df: pd.DataFrame, what: str, title: str) -> plt.Figure | None:
+    """None when `df` has rows to draw. An empty selection of a finding whose grid has runs not
+    stored (`df.attrs["missing"]`: RAGEN_TRAIN=stored judges the stored runs alone) draws a figure
+    that says so, so a notebook renders what is stored; any other empty selection is an error (a
+    filter that matches nothing)."""
+    if not df.empty:
+        return None
+    missing = {m["run_id"] for m in df.attrs.get("missing") or []}
+    if not missing:
         raise ValueError(
             f"plots.{what}: no rows to draw (no run of this selection has logged a step yet): "
             "run the study first, or check the selection's filters"
         )
+    fig, ax = plt.subplots(figsize=(6, 1.6))
+    ax.axis("off")
+    ax.text(
+        0.5,
+        0.5,
+        f"{title}\nnot trained yet: no stored run in this selection\n({len(missing)} runs of the grid "
+        "are not stored; RAGEN_TRAIN=stored draws the stored ones)",
+        ha="center",
+        va="center",
+        fontsize=9,
+    )
+    return fig
 
 
 def warmups_text(df: pd.DataFrame) -> str:

@@ -1006,6 +1006,12 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def config_columns(cfg: dict) -> dict:
+    """A config (its `to_dict()`, or a config.yaml read back) as the `cfg.<dotted>` columns `load`
+    gives each of its rows; `experiments.missing_runs` describes a run not trained yet the same way."""
+    return {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
+
+
 def load(root, finding: str | None = None, *, include_running: bool = True, run_ids=None):
     """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns;
     `run_ids`: only those run folders (a leftover of an older grid, damaged or not, is not read).
@@ -1049,7 +1055,7 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
         done = run.done and not problems
         if not include_running and not done:
             continue
-        flat = {f"cfg.{k}": v for k, v in _flatten(cfg).items()}
+        flat = config_columns(cfg)
         for m in metric_rows:
             rows.append({"run_id": path.name, "finding": path.parent.name, "done": done, **m, **flat})
     if not rows:

@@ -56,6 +56,7 @@ def run_grid(
     *,
     progress: bool = True,
     slots: list[dict] | None = None,
+    train: bool = True,
 ) -> list[Path]:
     """Train every config not already DONE under `<root>/runs/<finding>/` (or DONE by older code
     that trains it differently today: `runs.stands`, `reuse_finished`); returns the run folders.
@@ -75,6 +76,9 @@ def run_grid(
 
     Ctrl-C or SIGTERM cancels the queued runs, stops the workers and raises KeyboardInterrupt
     (GridInterrupted for SIGTERM) within seconds; the runs in progress resume on the next call.
+
+    `train=False` (RAGEN_TRAIN=stored) trains nothing: the finished runs are checked and copied from
+    another finding as above, and the rest are only counted (`experiments.missing_runs` names them).
     """
     from ragen_lib.progress import tqdm
 
@@ -101,9 +105,16 @@ def run_grid(
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
             with contextlib.suppress(runs.RunLockedError), runs.Run(path) as run:
                 drop_stale_checkpoint(run)
+    reused = len(set(paths)) - len(todo) - len(failures)
+    if not train:
+        if todo:
+            print(
+                f"{finding}: {reused} of {len(set(paths))} runs stored; {len(todo)} not trained "
+                "(RAGEN_TRAIN=stored trains nothing: rows that need them read INCONCLUSIVE)"
+            )
+        todo = []
     for name, device in dict.fromkeys((cfg.model.name, cfg.model.device) for cfg, _ in todo):
         models.check(name, device)  # one clear error before any run starts, not one per run
-    reused = len(set(paths)) - len(todo) - len(failures)
     stored = reused + sum((path / runs.CKPT).exists() for _, path in todo)  # reused or resumed
     revisions.note_if_unreviewed(stored)
     bar = tqdm(

@@ -19,7 +19,10 @@
 # steps per setting, alone, for at most STEPS_S seconds, default 150, with STEPS_ARGS passed on,
 # e.g. "--pool 4"), BENCH_QUICK=1 (tiny bench sizes, for a dry run on a CPU), CHECK_S
 # (gpu-check's cap, 240; 0 skips it),
-# RESERVE_S (what gpu-check leaves for the rest, 120).
+# RESERVE_S (what gpu-check leaves for the rest, 120), BACKLOG_S (after gpu-check, train the
+# profile's backlog for at most that many seconds, `python -m ragen_lib backlog PROFILE --train`:
+# only runs expected to finish start, judged studies first; implies REPLICATE=0; the finished runs
+# come back in the archive, to commit under outputs/PROFILE/runs/ for the next lease to reuse).
 set -u
 if [ $# -ne 3 ]; then  # else bash's "$1: unbound variable" is all one sees
   sed -n 4,9p "$0" | sed 's/^# \{0,1\}//' >&2
@@ -87,6 +90,7 @@ fi
 
 # 2. gpu-check, with the quick replication beside it (it needs make; gpu-check and bench do not)
 rep=
+[ -n "${BACKLOG_S:-}" ] && REPLICATE=0 # the backlog trains the replication's runs itself, a lease at a time
 if [ "${REPLICATE:-1}" = 0 ]; then
   say "replicate-all: skipped (REPLICATE=0)"
 elif command -v make >/dev/null; then
@@ -119,6 +123,15 @@ if [ -n "$rep" ]; then
   sleep 2
   say "replicate-all stopped"
   tail -25 "$ev/replicate.log"
+fi
+
+# 3a. the backlog: whole runs, each started only where its estimate fits what is left of BACKLOG_S
+if [ -n "${BACKLOG_S:-}" ]; then
+  cap=$((BACKLOG_S < $(left) - 60 ? BACKLOG_S : $(left) - 60))
+  # --train gets 20 s less than the cap: a run estimated to fit that is late still ends by INT
+  timeout -s INT -k 20 $cap "$py" -m ragen_lib backlog "$PROFILE" --train $((cap - 20)) >"$ev/backlog.log" 2>&1
+  say "backlog: exit $? (cap $cap s)"
+  grep "^\[backlog\]" "$ev/backlog.log"
 fi
 
 # 3b. a few steps of one run's config, alone, per setting (and what STEPS_ARGS asks: --pool, --profile)

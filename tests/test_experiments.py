@@ -898,7 +898,6 @@ def _studies_on_the_grid(name: str, profile: str) -> tuple[list, object]:
     import pandas as pd
 
     from ragen_lib import analysis, metrics, plots
-    from ragen_lib.runs import _flatten
 
     rng = np.random.default_rng(0)
     shifted = ["val/success/bandit-heldout", "val/success/bandit-heldout-rev", "val/success/frozenlake"]
@@ -908,7 +907,7 @@ def _studies_on_the_grid(name: str, profile: str) -> tuple[list, object]:
         rows = []
         for c, _ in pairs:
             run_id = runs.run_dir(Path("/nonexistent"), finding, c).name
-            flat = {f"cfg.{k}": v for k, v in _flatten(asdict(c)).items()}
+            flat = runs.config_columns(asdict(c))
             for step in range(3):
                 m = {k: float(rng.random()) for k in [*metrics.METRICS, *shifted]}
                 rows.append({"run_id": run_id, "finding": finding, "done": True, "step": step, **m, **flat})

@@ -2,6 +2,11 @@
 
 How a row is decided, in this order (the first that applies wins):
 1. PILOT when a run of either arm is not judged in this profile (`judged` column, profiles.yaml).
+   INCONCLUSIVE "not trained" when the grid plans a run for either arm that is not stored
+   (`missing`: `experiments.missing_runs`, which a replication with RAGEN_TRAIN=stored leaves, judging
+   GPU-trained runs brought back one lease at a time): the arm would be scored on fewer seeds than
+   its design, and the seeds present are not a random draw of the planned ones. The runs are named
+   (seeds per arm); a pilot arm's row stays PILOT and names them too.
 2. INCONCLUSIVE "no data" when an arm has no runs, or the metric (a lead's indicator too) was
    never logged; "censored" when a run of either arm did not finish (`done` false: stopped, or
    still running; its last steps are missing, so its score is not the design's); "runs per seed"
@@ -137,6 +142,30 @@ def _unfinished(arm: str, part: pd.DataFrame) -> list[str]:
     return out
 
 
+def _not_trained(missing: list[dict] | None, arms) -> tuple[list[str], bool]:
+    """(each arm's runs among `missing` that its selector matches, as 'arm a seeds [2, 3]'; whether
+    any of them is judged). `arms`: (name, selector) pairs."""
+    if not missing:
+        return [], False
+    frame = pd.DataFrame(missing)
+    derived = sorted({col for _, where in arms for col in where if col not in frame})
+    if derived:  # a label the notebook derives from the runs' data (05's `variant`): a missing run
+        # does not carry it, so whether it is one of the arms' cannot be told. Said, not guessed.
+        n = frame["run_id"].nunique()
+        return [f"{n} of the grid's runs, which the arms' selector {derived} cannot tell apart"], bool(
+            frame["judged"].any()
+        )
+    out, judged = [], False
+    for name, where in arms:
+        part = _select(frame, where)
+        if part.empty:
+            continue
+        seeds = sorted({int(s) for s in part["cfg.train.seed"]})
+        out.append(f"arm {name} seed {seeds[0]}" if len(seeds) == 1 else f"arm {name} seeds {seeds}")
+        judged |= bool(part["judged"].any())
+    return out, judged
+
+
 def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     """Each seed for which `part` holds more than one run: 'arm a has 2 runs of seed 0 (id, id)'."""
     if "run_id" not in part or "cfg.train.seed" not in part:
@@ -184,20 +213,28 @@ def judge(
     b: dict | None,
     *,
     floor_ceiling: tuple[float, float] | None | str = "env",
+    missing: list[dict] | None = None,
 ) -> Row:
     """Judge `claim` on arm a (rows matching `a`, column → value or list) against arm b.
 
     floor_ceiling: (floor, ceiling) of the success score; "env" (default) looks them up for
-    `claim.env` with `reference`; None skips the check. See the module docstring for the order."""
+    `claim.env` with `reference`; None skips the check. `missing`: the grid's runs not stored, as
+    `experiments.missing_runs` describes them. See the module docstring for the order."""
     A = _select(df, a)
     B = A if b is None else _select(df, b)  # one arm: its score against 0
     d = _design(A, B, claim.metric)
     row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
     row.power = power_statement(claim, A, B)
+    pilot = "pilot scale in this profile: figures and numbers, no verdict"
+    absent, absent_judged = _not_trained(missing, (("a", a),) if b is None else (("a", a), ("b", b)))
+    if absent:
+        gap = f"not trained: {'; '.join(absent)} (the grid plans them; only stored runs were judged)"
+        arms_judged = all(part["judged"].all() for part in (A, B) if "judged" in part and len(part))
+        if absent_judged and arms_judged:
+            return replace(row, reason=gap)
+        return replace(row, status=PILOT, reason=f"{pilot}; {gap}")
     if "judged" in df and len(A) and len(B) and not (A["judged"].all() and B["judged"].all()):
-        return replace(
-            row, status=PILOT, reason="pilot scale in this profile: figures and numbers, no verdict"
-        )
+        return replace(row, status=PILOT, reason=pilot)
     if (
         A.empty
         or B.empty

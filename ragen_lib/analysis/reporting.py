@@ -67,6 +67,8 @@ class Verdict:
     )
     figures: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)  # extra numbers shown, not judged
+    planned: int | None = None  # the grid's runs, and how many of them were stored finished
+    stored: int | None = None
     status: str = ""
     reason: str = ""
 
@@ -78,6 +80,8 @@ class Verdict:
             f"{self.status}: {self.claim}\n  why: {self.reason}\n"
             f"  rule: {self.rule} (primary: {', '.join(self.primary)})"
         )
+        if self.planned is not None and self.stored != self.planned:
+            head += f"\n  runs: {self.stored} of the grid's {self.planned} stored; the rest not trained"
         rows = "\n".join(f"  [{r.id}] {r}" for r in self.rows)
         extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
         return "\n".join(x for x in (head, rows, extra) if x)
@@ -161,11 +165,10 @@ def report(profile: str) -> Path:
             "its verdicts say nothing about the paper's findings.**",
             "",
         ]
-    lines += [
-        "| notebook | sub-claim | verdict | effect [95% CI] | why | power | design | figures |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    table = "| notebook | sub-claim | verdict | effect [95% CI] | why | power | design | figures |"
+    lines += [table, "|---|---|---|---|---|---|---|---|"]
     by_name = {v["notebook"]: v for v in verdicts}
+    partial: list[str] = []  # notebooks judged on fewer runs than their grid plans (RAGEN_TRAIN=stored)
     for name in sorted(set(experiments.findings()) | set(by_name)):
         state, start = notebook_run(base / "notebooks" / f"{name}.ipynb")
         link = f"[notebooks/{name}.ipynb](notebooks/{name}.ipynb)"
@@ -195,9 +198,13 @@ def report(profile: str) -> Path:
             )
             reason = f"{when}: the notebook's last run {last} ({link}); {reason}"
         figs = " ".join(f"[{Path(f).stem}](figures/{Path(f).name})" for f in v.get("figures", []))
+        made = f"verdict of commit {v.get('commit', 'unknown')}"
+        if v.get("planned") is not None and v.get("stored") != v["planned"]:
+            made += f"; {v['stored']} of the grid's {v['planned']} runs stored, the rest not trained"
+            partial.append(name)
         lines.append(
             f"| {name} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
-            f"{status} | | {reason} | | verdict of commit {v.get('commit', 'unknown')} | {figs} |"
+            f"{status} | | {reason} | | {made} | {figs} |"
         )
         for r in v.get("rows", []):  # a verdict written before rows existed has none
             eff = r["effect"]
@@ -216,6 +223,15 @@ def report(profile: str) -> Path:
                 f"| {name} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
                 f"{r['power']} | {d} | |"
             )
+    if partial:
+        at = lines.index(table)
+        lines[at:at] = [
+            f"**Stored runs only: {', '.join(partial)} judged the runs stored, not every run their grids "
+            "plan (RAGEN_TRAIN=stored); a row whose arms lack a planned run is "
+            'INCONCLUSIVE, "not trained", and names them. `python -m ragen_lib backlog '
+            f"{profile}` lists what is left.**",
+            "",
+        ]
     out = base / "REPORT.md"
     files.write_atomic(out, "\n".join(lines) + "\n")
     return out
@@ -245,6 +261,11 @@ def decide(
     measured: dict | None = None,
     floor_ceiling="env",
 ) -> Verdict:
-    """Judge every (Claim, arm a, arm b) and build the notebook's verdict (`df.attrs["finding"]`)."""
-    rows = [judge(df, c, a, b, floor_ceiling=floor_ceiling) for c, a, b in studies]
-    return Verdict(df.attrs.get("finding", "?"), claim, rows, primary, measured=measured or {})
+    """Judge every (Claim, arm a, arm b) and build the notebook's verdict (`df.attrs`: the finding,
+    and the grid's runs not stored, `missing`, which every row checks its arms against)."""
+    missing = df.attrs.get("missing") or []
+    rows = [judge(df, c, a, b, floor_ceiling=floor_ceiling, missing=missing) for c, a, b in studies]
+    planned = df.attrs.get("planned")
+    stored = None if planned is None else planned - len({m["run_id"] for m in missing})
+    finding = df.attrs.get("finding", "?")
+    return Verdict(finding, claim, rows, primary, measured=measured or {}, planned=planned, stored=stored)
