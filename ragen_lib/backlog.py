@@ -93,9 +93,11 @@ class Estimator:
 
     def _add(self, path: Path) -> None:
         info = runs.read_done(path)
+        if (path / runs.REUSED_FROM).exists():
+            return  # a copy of a run another finding trained: measured once, there
         try:
-            cfg = config.from_dict(runs.Run(path).saved_config())
-            rows = runs.Run(path).metrics()
+            run = runs.Run(path)
+            cfg, rows = config.from_dict(run.saved_config()), run.metrics()
         except (OSError, ValueError, runs.CorruptRunError):
             return  # the run's own grid names what is wrong with it; here it only measures nothing
         steps = [r["time/step"] for r in rows if isinstance(r.get("time/step"), int | float)]
