@@ -35,7 +35,8 @@ overrides = {}  # dotted config overrides applied to every run
 # per step) is below 0 over seeds (MDE 0.05 tokens/step; a CI under the MDE is INCONCLUSIVE, not
 # NOT REPRODUCED, where the reasoning's early length leaves no room for such a fall over the run:
 # 9 tokens over 200 steps allow 0.045 a step); BanditRev's late reasoning length beats
-# Bandit's (MDE 5 tokens). (Table 4) late validation success on the held-out env: on Bandit and
+# Bandit's (MDE 5 tokens; INCONCLUSIVE where both are within 5 tokens of none, the floor, or
+# where either arm did not think). (Table 4) late validation success on the held-out env: on Bandit and
 # BanditRev (held-out arm names) think beats no-think (MDE 0.1, under the paper's +18.7 and +11.3
 # points); Sokoban→FrozenLake, where the paper's difference is 0.4 points, think no worse than
 # no-think (margin 0.1).
@@ -86,7 +87,8 @@ STUDIES = [
             "BanditRev keeps longer reasoning than Bandit",
             "reasoning/length",
             5.0,
-            mechanism="think",
+            mechanism="think",  # both arms think: each must (an empty <think></think> passes the format)
+            bound=0.0,  # two arms within 5 tokens of none: both at the floor, no room for the MDE
         ),
         think("bandit-gen-rev"),
         think("bandit-gen"),

@@ -1,5 +1,6 @@
 """Verdict arithmetic and grid expansion, against values worked out by hand."""
 
+import dataclasses
 import json
 import math
 from unittest import mock
@@ -1515,8 +1516,8 @@ def test_a_fall_the_metric_has_no_room_for_is_no_evidence_against_it():
         **{"reasoning/length": 9.0 - (0.02 + 0.001 * short["cfg.train.seed"]) * short["step"]}
     )
     assert analysis.judge(steady, claim(0.0), {"arm": "a"}, None).status == analysis.REPRODUCED
-    with pytest.raises(ValueError, match="bound is for slope claims"):
-        analysis.Claim("x", "x", "val/success", 0.1, bound=0.0)
+    with pytest.raises(ValueError, match="bound is for late, auc, peak, median, slope claims"):
+        analysis.Claim("x", "x", "rollout/success", 5, score="collapse", bound=0.0)
 
 
 def test_above_chance_compares_arms_with_different_budgets_on_what_training_added():
@@ -1566,3 +1567,98 @@ def test_by_collapse_judges_a_late_claims_pair_by_its_collapse_step():
     )
     assert (twin.mde, twin.env, twin.mechanism) == (5, "sokoban", "kl")
     assert analysis.by_collapse(analysis.Claim("b", "x beats y", "val/success", 0.1, env="bandit")).mde == 10
+
+
+def test_the_power_check_takes_each_arms_own_episodes_whichever_is_arm_a():
+    """8 validation states in one arm, 256 in the other: the count of the first arm alone made the
+    same data REPRODUCED one way round and under-powered the other (a review found it)."""
+    claim = analysis.Claim("x", "a > b", "val/success", mde=0.1)
+    big = pd.DataFrame({"seed": [0, 1, 2, 3, 4], "score": 0.5, "points": [np.full(10, 0.5)] * 5, "n": 256})
+    small = big.assign(n=8)
+    # 1/1280 + 1/40 of 0.25 each: 1.96 · √(0.25 · (1/1280 + 1/40)) = 0.157
+    want = "predicted 95% CI half-width 0.157 from {} episodes (arm a / b) > MDE 0.1"
+    assert analysis.underpowered(claim, 5, big, small) == want.format("1280 / 40")
+    assert analysis.underpowered(claim, 5, small, big) == want.format("40 / 1280")
+    assert analysis.underpowered(claim, 5, big, big) is None  # 0.0274 from 1280 a side
+    rows = {}
+    for a, b in (("big", "small"), ("small", "big")):
+        df = runs_df({a: lambda seed, step: 0.75 + 0.01 * seed, b: 0.5}, steps=30)
+        df["cfg.train.val_size"] = df["arm"].map({"big": 256, "small": 8})
+        rows[a] = analysis.judge(df, LATE, {"arm": a}, {"arm": b}, floor_ceiling=UNIT)
+    assert {r.status for r in rows.values()} == {analysis.INCONCLUSIVE}
+    assert all("under-powered" in r.reason for r in rows.values())
+
+
+def test_a_total_compares_runs_of_one_length_only():
+    """A sum over steps grows with the steps: A*-PO's 30 steps against PPO's 150 read as less wall
+    time (07's "time" rows) until `total` joined the horizon scores."""
+    total = analysis.Claim("time", "a takes less time", "time/step", mde=1.0, score="total", direction=-1)
+    df = pd.concat(
+        [
+            runs_df({"a": 0.5}, steps=30).assign(**{"time/step": 2.0, "cfg.train.steps": 30}),
+            runs_df({"b": 0.5}, steps=150).assign(**{"time/step": 1.5, "cfg.train.steps": 150}),
+        ]
+    )
+    row = analysis.judge(df, total, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("unequal horizons")
+    same = runs_df({"a": 0.5, "b": 0.5}, steps=30)
+    same["time/step"] = same["arm"].map({"a": 1.0, "b": 2.0}) + same["cfg.train.seed"].map(
+        {0: 0.01, 1: -0.02, 2: 0.03, 3: 0.0, 4: -0.01}
+    ) * (same["arm"] == "a")
+    assert analysis.judge(same, total, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None).status == (
+        analysis.REPRODUCED
+    )  # 30 s against 60 s over the same 30 steps
+
+
+def test_a_late_score_needs_the_metric_on_the_last_third_of_the_steps():
+    """Arm b's reasoning length measured to step 59 of 200 (NaN after: no tags matched): its "late"
+    score was the mean of steps 40-59, and the row read NOT REPRODUCED on it (a review found it)."""
+    claim = analysis.Claim("rev", "a keeps longer reasoning", "reasoning/length", 5.0)
+    df = runs_df({"a": 0.5, "b": 0.5}, steps=200)
+    df["reasoning/length"] = np.where(df["arm"] == "a", 21.0, np.where(df["step"] < 60, 42.0, np.nan))
+    scores = analysis.seed_scores(df[df["arm"] == "b"], claim)
+    assert scores["score"].isna().all()
+    assert scores["why"].iloc[0] == (
+        "no reasoning/length on the last third of its steps (from step 133; its last at 59): "
+        "the earlier ones say nothing of how the run ended"
+    )
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("no scores")
+    # measured late again at the last step only: that point alone, not steps 40-59 with it
+    df.loc[(df["arm"] == "b") & (df["step"] == 199), "reasoning/length"] = 10.0
+    assert (analysis.seed_scores(df[df["arm"] == "b"], claim)["score"] == 10.0).all()
+    # a metric measured at every step scores the same last third as before
+    full = df.assign(**{"reasoning/length": df["step"].astype(float)})
+    assert analysis.seed_scores(full[full["arm"] == "a"], claim)["score"].iloc[0] == pytest.approx(
+        np.mean(np.arange(133, 200))
+    )
+
+
+def test_where_both_arms_think_each_must_and_two_near_no_reasoning_sit_at_the_floor():
+    """06's "BanditRev keeps longer reasoning than Bandit": both arms think. An arm b that wrote
+    empty tags was never checked (only arm a was), and two arms at 1.5 and 1.4 tokens, both within
+    the MDE of none, read NOT REPRODUCED (a review found both)."""
+    claim = analysis.Claim("rev", "a keeps longer reasoning", "reasoning/length", 5.0, mechanism="think")
+    df = runs_df({"a": 0.5, "b": 0.5}, steps=60, **{"reasoning/matched": 1.0})
+    df["cfg.rollout.enable_think"] = True
+    df["reasoning/length"] = np.where(df["arm"] == "a", 20 + 0.5 * df["cfg.train.seed"], 0.0)
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason.startswith("mechanism did not act (think, arm b): its reasoning averaged 0 tokens")
+    nothink = df.assign(**{"cfg.rollout.enable_think": df["arm"] == "a"})  # Table 4's no-think arm b
+    assert analysis.judge(nothink, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None).status == (
+        analysis.REPRODUCED
+    )
+    noise = {0: 0.3, 1: -0.2, 2: 0.1, 3: -0.3, 4: 0.1}
+    low = df.assign(
+        **{"reasoning/length": np.where(df["arm"] == "a", 1.5 + df["cfg.train.seed"].map(noise), 1.4)}
+    )
+    assert analysis.judge(low, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None).status == (
+        analysis.NOT_REPRODUCED
+    )  # without a bound: the CI's high end under the MDE
+    bounded = dataclasses.replace(claim, bound=0.0)
+    row = analysis.judge(low, bounded, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == "floor: both arms (1.5, 1.4) within the MDE 5 of reasoning/length's bound 0"
+    with pytest.raises(ValueError, match="bound is for late, auc, peak, median, slope claims"):
+        analysis.Claim("x", "x", "reasoning/length", 5.0, score="total", bound=0.0)

@@ -19,6 +19,7 @@ UNRECORDED_MODEL = "not recorded (RAGEN_MODEL or the embedded model)"
 """The model of a run whose config predates recording it (model.name left as None)."""
 
 SCORES = ("late", "auc", "peak", "median", "max", "total", "slope", "collapse", "lead")
+BOUND_SCORES = ("late", "auc", "peak", "median", "slope")  # the scores a `bound` applies to
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,12 @@ class Claim:
     drops the KL reward arm b keeps: b's must be large enough to move returns), "filter" (arm
     a), "think" (arm a's reasoning must be there: reasoning/length) or "actions" (the arms' per-turn
     action limits must have separated their play: `actions_inactive`). env: whose floor and
-    ceiling bound a success score (None: not a success). bound (slope claims): a level the metric
-    cannot pass, 0 for a length or a diversity: a slope towards it can be no steeper than its early
-    level's distance from it over the horizon (`slope_room`), and where that is under the MDE a fall
-    smaller than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED).
+    ceiling bound a success score (None: not a success). bound: a level the metric cannot pass, 0
+    for a length or a diversity. A slope towards it can be no steeper than its early level's
+    distance from it over the horizon (`slope_room`), and where that is under the MDE a fall smaller
+    than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED); two arms'
+    late, auc, peak or median scores both within the MDE of it sit at the metric's floor
+    (INCONCLUSIVE "floor", as a success score at random play).
     above_chance (success claims with an env): each arm scored as its success less its own random
     play (`arm_reference`), so arms whose action budgets differ are compared on what training added:
     05's Table 3 pairs k actions a turn with a 5k budget, and random play alone rises from 0.11 at
@@ -79,8 +82,10 @@ class Claim:
                 f"claim {self.id!r}: above_chance scores a success metric against its env's random "
                 f"play: set env= and a success metric (got {self.metric!r}, env {self.env!r})"
             )
-        if self.bound is not None and self.score != "slope":
-            raise ValueError(f"claim {self.id!r}: bound is for slope claims (score {self.score!r})")
+        if self.bound is not None and self.score not in BOUND_SCORES:
+            raise ValueError(
+                f"claim {self.id!r}: bound is for {', '.join(BOUND_SCORES)} claims (score {self.score!r})"
+            )
         if self.mechanism is not None and self.mechanism not in MECHANISMS:
             raise ValueError(
                 f"claim {self.id!r}: unknown mechanism {self.mechanism!r}: {' | '.join(MECHANISMS)}"
@@ -153,7 +158,7 @@ def _is_rate(claim: Claim) -> bool:
 
 
 #: Scores that depend on how long a run trained: arms with different horizons are not compared.
-HORIZON_SCORES = ("late", "auc", "peak", "slope", "collapse", "lead")
+HORIZON_SCORES = ("late", "auc", "peak", "total", "slope", "collapse", "lead")
 
 MECHANISMS = ("clip", "clip_high", "kl", "filter", "think", "actions")
 

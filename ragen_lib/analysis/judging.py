@@ -19,14 +19,17 @@ How a row is decided, in this order (the first that applies wins):
    episode, below 1% of the spread of the trajectory rewards; `filter`: arm a's filter kept every
    episode, or its kept groups' reward std exceeded all groups' (bottom: fell below) on under half
    the steps of every stretch of 10 or more from the start: groups tied in std leave the choice to
-   their order; `think`: arm a's reasoning averaged under one token a turn, where an empty
-   `<think></think>` still passes the format check; `actions`, both arms: the smaller per-turn
+   their order; `think`: arm a's reasoning (and arm b's, where it thinks too) averaged under one
+   token a turn, where an empty `<think></think>` still passes the format check; `actions`, both
+   arms: the smaller per-turn
    action limit dropped pieces on under 5% of its arm's turns and the larger limit's arm wrote no
    more actions a turn, on average, than the smaller allows, nor (the smaller limit at or under the
    env's default) past that default on 5% of its turns: 05's Table 3 arms then played alike).
-4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score at most the MDE above the env's
-   random-policy success (floor) or within the MDE of its expert success (ceiling), from
-   `baselines.reference_success`: each arm's own, within the action budget its runs played under
+4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the metric's
+   `bound` (a claim other than a slope that names one: 06's reasoning length, bound 0), or at
+   most the MDE above the env's random-policy success (floor) or within the MDE of its expert
+   success (ceiling), from `baselines.reference_success`: each arm's own, within the action
+   budget its runs played under
    and on their validation states (`arm_reference`; Table 3's arms play 5 to 35 actions). Not the
    floor where exactly one arm sank more than the MDE below random play: it lost what random play
    keeps (a collapse: the paper's Sokoban StarPO-S ≈0.21 vs PPO ≈0, random play 0.19), which the
@@ -45,7 +48,8 @@ How a row is decided, in this order (the first that applies wins):
 6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
    0.5^n >= alpha; or, for success rates, a predicted 95% CI half-width from episode sampling alone
    (p = 0.5) wider than the MDE (validation states counted once a seed, however often the late
-   validations replay them).
+   validations replay them; each arm its own count, so the arm with fewer episodes sets the width
+   whichever is arm a).
    INCONCLUSIVE "no spread" (scores other than collapse and lead): every seed of both arms (of a
    one-arm claim: arm a, and the 0 it is tested against) scored exactly the same value, as a metric
    pinned at a bound does (reasoning length 0 in both arms): the seeds' t interval would be zero
@@ -90,7 +94,7 @@ from ragen_lib.analysis.claims import (
     _pair,
 )
 from ragen_lib.analysis.curves import early_mean
-from ragen_lib.analysis.mechanisms import arm_reference, mechanism_arm, mechanism_inactive
+from ragen_lib.analysis.mechanisms import arm_reference, inactive
 from ragen_lib.analysis.scores import _horizon, _horizons, seed_scores
 from ragen_lib.analysis.stats import censored_ci, effect_ci, power_statement, sign_test, underpowered
 from ragen_lib.metrics import format_rate_of
@@ -279,9 +283,9 @@ def judge(
     if claim.score == "lead" and (claim.indicator not in df or A[claim.indicator].isna().all()):
         # without this, a misspelt indicator would read as "never dropped": a lead of 0 in every seed
         return replace(row, reason=f"no data: no {claim.indicator} logged (the lead's indicator)")
-    why = mechanism_inactive(A, B, claim.mechanism)
-    if why:
-        arm = mechanism_arm(claim.mechanism)
+    found = inactive(A, B, claim.mechanism)
+    if found:
+        arm, why = found
         return replace(row, reason=f"mechanism did not act ({claim.mechanism}, arm {arm}): {why}")
     sa = seed_scores(A, claim)
     if claim.score == "lead" and sa["censored"].all():
@@ -343,6 +347,15 @@ def judge(
                 reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} "
                 f"of the expert ({_pair(fa[1], fb[1])}) on {fc_name}",
             )
+    if claim.bound is not None and claim.score != "slope" and b is not None:
+        # A level the metric cannot pass (0 for a length): two arms within the MDE of it both sit
+        # at the metric's floor, where no difference of the MDE's size fits between them.
+        if abs(row.a - claim.bound) <= claim.mde and abs(row.b - claim.bound) <= claim.mde:
+            return replace(
+                row,
+                reason=f"floor: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} of "
+                f"{claim.metric}'s bound {claim.bound:g}",
+            )
     if claim.above_chance:
         if fa is None:
             return replace(row, reason="no data: above_chance needs the env's random play (floor_ceiling)")
@@ -367,7 +380,7 @@ def judge(
     elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
         note += "; " + _censored_note(sa, sb)
     note += unscored + floor_note
-    short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa)
+    short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa, other=None if b is None else sb)
     if short:
         return replace(row, reason=f"under-powered: {short}{note}")
     scores = pd.concat([sa["score"], sb["score"]])

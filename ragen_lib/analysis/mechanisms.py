@@ -55,15 +55,38 @@ MIN_REASONING_TOKENS = 1.0
 
 def mechanism_inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) -> str | None:
     """Why the manipulated `mechanism` did not act between arms A and B, or None when it did (or
-    when the claim names none). Read on the arm `mechanism_arm` names: both arms' limits for
-    "actions" (`actions_inactive`), else the one arm that shows it (`_arm_inactive`)."""
+    when the claim names none): `inactive`'s reason alone."""
+    found = inactive(A, B, mechanism)
+    return found[1] if found else None
+
+
+def inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) -> tuple[str, str] | None:
+    """(the arm that shows it, why) where the manipulated `mechanism` did not act between arms A and
+    B; None where it did, or where the claim names none. Read on the arm `mechanism_arm` names:
+    both arms' limits for "actions" (`actions_inactive`); for "think" arm a, and arm b where it
+    thinks too (06's "BanditRev keeps longer reasoning than Bandit": an arm b that wrote empty tags
+    loses any length contest); else the one arm that shows it (`_arm_inactive`)."""
     if mechanism is None:
         return None
     if mechanism == "actions":
-        return actions_inactive(A, B)
+        why = actions_inactive(A, B)
+        return (mechanism_arm(mechanism), why) if why else None
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
-    return _arm_inactive(B if mechanism_arm(mechanism) == "b" else A, mechanism)
+    arms = [("b", B)] if mechanism_arm(mechanism) == "b" else [("a", A)]
+    if mechanism == "think" and B is not A and _thinks(B):
+        arms.append(("b", B))
+    for name, part in arms:
+        why = _arm_inactive(part, mechanism)
+        if why:
+            return name, why
+    return None
+
+
+def _thinks(part: pd.DataFrame) -> bool:
+    """Whether every run of an arm had thinking on (`rollout.enable_think`; False where unrecorded)."""
+    col = "cfg.rollout.enable_think"
+    return col in part and len(part) > 0 and bool(part[col].astype(bool).all())
 
 
 def _arm_inactive(df: pd.DataFrame, mechanism: str) -> str | None:
@@ -178,7 +201,8 @@ CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
 def mechanism_arm(mechanism: str | None) -> str:
     """Which arm shows whether `mechanism` acted: "b" for clip_high (the lower ε_high: the tokens
     its upper bound clips are the ones arm a's higher bound would let through) and for kl (the arm
-    that keeps the KL: "no KL beats KL"), "a and b" for actions (`actions_inactive`), else "a"."""
+    that keeps the KL: "no KL beats KL"), "a and b" for actions (`actions_inactive`), else "a" (for
+    think, arm b too where it thinks: `inactive`)."""
     if mechanism == "actions":
         return "a and b"
     return "b" if mechanism in ("clip_high", "kl") else "a"

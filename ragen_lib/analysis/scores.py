@@ -96,8 +96,18 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         elif v.empty:
             score = float("nan")
         elif claim.score == "late":
-            points = late_tail(v).to_numpy(float)
-            score = float(points.mean())
+            # The last third of the metric's points that fall in the last third of the run's steps:
+            # a metric left unmeasured late (a length where no tags matched) would otherwise score
+            # its early points as the run's end.
+            late_from = int(late_tail(part["step"].drop_duplicates()).iloc[0])
+            tail = late_tail(v)
+            points = tail[tail.index >= late_from].to_numpy(float)
+            score = float(points.mean()) if len(points) else float("nan")
+            if not len(points):
+                why = (
+                    f"no {claim.metric} on the last third of its steps (from step {late_from}; its last at "
+                    f"{int(v.index.max())}): the earlier ones say nothing of how the run ended"
+                )
         elif claim.score == "auc":
             points, weights = v.to_numpy(float), _update_weights(v, part, horizon, claim.metric)
             score = float(np.average(points, weights=weights))

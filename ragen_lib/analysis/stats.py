@@ -148,8 +148,12 @@ def censored_ci(sa: pd.DataFrame, sb: pd.DataFrame, claim: Claim, paired: bool) 
     return end(True), end(False)
 
 
-def underpowered(claim: Claim, n_seeds: int, points: pd.DataFrame | None = None) -> str | None:
-    """Why the study cannot decide `claim` at its declared MDE, or None."""
+def underpowered(
+    claim: Claim, n_seeds: int, points: pd.DataFrame | None = None, other: pd.DataFrame | None = None
+) -> str | None:
+    """Why the study cannot decide `claim` at its declared MDE, or None. `points`, `other`: the two
+    arms' seed scores (`seed_scores`); `other` None for a one-arm claim, or an arm taken to have
+    as many episodes as `points`' (a difference of two rates, each p = 0.5)."""
     if n_seeds < MIN_SEEDS:
         return f"{n_seeds} seed(s) < {MIN_SEEDS}: no seed-to-seed spread to judge against"
     if claim.test == "sign" and 0.5**n_seeds >= claim.alpha:
@@ -158,13 +162,18 @@ def underpowered(claim: Claim, n_seeds: int, points: pd.DataFrame | None = None)
         # Each validation replays the same val_size states, so a seed's late validations are n
         # episodes' worth of states, not n per point: states, not replays, set the CI's floor.
         val = claim.metric.startswith("val/")
-        episodes = float(sum((1 if val else len(r["points"])) * r["n"] for _, r in points.iterrows()))
-        half = 1.96 * math.sqrt(2 * 0.25 / max(episodes, 1))
+
+        def episodes(arm: pd.DataFrame) -> float:
+            return float(sum((1 if val else len(r["points"])) * r["n"] for _, r in arm.iterrows()))
+
+        # Each arm's own count: the arm with fewer episodes (8 validation states against 256) sets
+        # the width, whichever of the two is arm a.
+        ea = episodes(points)
+        eb = ea if other is None or not len(other) else episodes(other)
+        half = 1.96 * math.sqrt(0.25 / max(ea, 1) + 0.25 / max(eb, 1))
         if half > claim.mde:
-            return (
-                f"predicted 95% CI half-width {half:.3g} from {episodes:.0f} episodes per arm "
-                f"> MDE {claim.mde:g}"
-            )
+            counts = f"{ea:.0f} episodes per arm" if ea == eb else f"{ea:.0f} / {eb:.0f} episodes (arm a / b)"
+            return f"predicted 95% CI half-width {half:.3g} from {counts} > MDE {claim.mde:g}"
     return None
 
 
