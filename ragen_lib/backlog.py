@@ -20,19 +20,18 @@ rather than starting several (a verdict needs every seed of its arms); a study's
 (seed 0 of each arm, then seed 1: a study cut short holds paired seeds); then the pilot runs in
 notebook order. A run two findings share is listed once, under the first (the other's grid copies it).
 
-Budget (`next_run`): the first run in that order whose estimate fits the seconds left; one that does
-not is passed over for a later, shorter one. A run cut off by the end of a lease is lost with the
-host (its checkpoint does not come back), so no run starts that is not expected to finish. Runs train
-one at a time, in this process (on an H100 two at once gave 1.24x on Bandit and less than one at a
-time on a cold host: outputs/gpu-evidence/2026-11-27-h100-2).
+Budget (`next_run`): the first run in that order whose estimate (times MARGIN) fits the seconds
+left; one that does not is passed over for a later, shorter one. A run cut off by the end of a
+lease is lost with the host (its checkpoint does not come back), so no run starts that is not
+expected to finish. Runs train one at a time, in this process (on an H100 two at once gave 1.24x
+on Bandit and less than one at a time on a cold host: outputs/gpu-evidence/2026-11-27-h100-2).
 
 Estimates (`Estimator`): the mean seconds per step of stored finished runs of the same env and
 algorithm, on this device (else on any device of its class: GPU or CPU), scaled by episodes × turns ×
 tokens per turn; else of any stored run on it, scaled the same way; else `make bench`'s train step
 (`experiments.estimate_seconds`); plus the setup those runs logged (`time/setup`: load, warm-up,
-stage 1), else SETUP_S. None (unknown) when nothing was measured: such a run is started only as the
-first of a budget when no run of the backlog has an estimate (a fresh host measures its first run
-and estimates the rest from it); after that, a run with no estimate is not started.
+stage 1), else SETUP_S. None (unknown) when nothing was measured: then the budget's first run is
+the backlog's smallest, which measures the rest; after that, a run with no estimate is not started.
 """
 
 from __future__ import annotations
@@ -50,6 +49,11 @@ SETUP_S = 60.0
 """Seconds a run takes before its first step where no stored run logged `time/setup`: the model load
 (10 s on an H100 from the converted cache: outputs/gpu-check) and the format warm-up's 10 steps, which
 no GPU has timed yet. A guess, used only until the lease's first run has measured it."""
+
+
+MARGIN = 1.15
+"""A run starts only where this many times its estimate fits what is left: the estimate is a mean
+over other runs' steps, and a run that overruns the lease is lost whole."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,13 +219,14 @@ def _ordered(items: list[Item]) -> list[Item]:
 def next_run(
     items: list[Item], seconds_left: float, skip: set[str] = frozenset(), *, first: bool = True
 ) -> Item | None:
-    """The first item not in `skip` (run folder names) whose estimate fits `seconds_left`; where no
-    item has an estimate and this is the `first` run of a budget, that item (it measures the rest);
-    None when nothing fits (or nothing is known to)."""
+    """The first item not in `skip` (run folder names) whose estimate, times MARGIN, fits
+    `seconds_left`; where no item has an estimate and this is the `first` run of a budget, the
+    smallest (fewest steps × `work`: a 30-step pilot before a 150-step study run, so a lease that
+    knows nothing spends little to learn its speed); None when nothing fits (or nothing is known to)."""
     todo = [i for i in items if i.path.name not in skip]
     if first and todo and all(i.seconds is None for i in todo):
-        return todo[0]
-    return next((i for i in todo if i.seconds is not None and i.seconds <= seconds_left), None)
+        return min(todo, key=lambda i: i.cfg.train.steps * work(i.cfg))  # the first of equals
+    return next((i for i in todo if i.seconds is not None and i.seconds * MARGIN <= seconds_left), None)
 
 
 def format_backlog(items: list[Item], studies: dict[str, tuple[int, int]], profile: str) -> str:

@@ -121,21 +121,27 @@ def test_next_run_passes_over_a_run_too_long_for_what_is_left():
     long, short, unknown = item("a", 300.0), item("b", 100.0), item("c", None)
     assert backlog.next_run([long, short], 400) is long
     assert backlog.next_run([long, short], 200) is short
+    assert backlog.next_run([long, short], 110) is None  # 100 s with the margin: 115 s
     assert backlog.next_run([long, short], 50) is None
     assert backlog.next_run([long, short], 400, skip={"a"}) is short
     # unknown beside known: not started (it might not finish); all unknown: the first run of a
     # budget measures them, a later one is not started (nothing would be known to fit)
     assert backlog.next_run([unknown, short], 50) is None
-    assert backlog.next_run([unknown, item("d", None)], 1) is unknown
+    assert backlog.next_run([unknown, item("d", None)], 1) is unknown  # the first of equals
     assert backlog.next_run([unknown, item("d", None)], 1e9, first=False) is None
+    # knowing nothing, the smallest run measures the rest: a 30-step pilot before a 150-step run
+    pilot = backlog.Item("f", config.from_dict({"model": {"name": "tiny-random"}, "train": {"steps": 30}}),
+                         Path("e"), ("pilot",), False, None)  # fmt: skip
+    assert backlog.next_run([unknown, pilot], 1) is pilot
 
 
 def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over_a_failure(
     project, monkeypatch, capsys
 ):
     """A fake clock: each run takes 100 s of it. Run 1 (no estimate) measures 4 × 15 s + 30 s = 90 s
-    a run; of 290 s, run 2 fits the 190 s left, run 3 (S2's seed 2) fits the 90 s then left but
-    fails and is passed over, taking none; run 4 fits the same 90 s; then nothing fits."""
+    a run, 103.5 s with the margin; of 310 s, run 2 fits the 210 s left, run 3 (S2's seed 2) fits
+    the 110 s then left but fails and is passed over, taking none; run 4 fits the same 110 s; then
+    nothing fits the 10 s left."""
     clock = {"t": 0.0}
     monkeypatch.setattr(backlog.time, "monotonic", lambda: clock["t"])
     calls = []
@@ -149,7 +155,7 @@ def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over
         finish(runs.run_dir(root, finding, cfg), cfg, device="cpu", step_s=15.0, setup_s=30.0)
 
     monkeypatch.setattr(workers, "run_grid", fake_grid)
-    out = backlog.train("p", 290, project)
+    out = backlog.train("p", 310, project)
     assert calls == [("starpo-ppo", 0), ("starpo-ppo", 1), ("starpo-ppo", 2), ("starpo-grpo", 0)]
     assert len(out["trained"]) == 3 and [f.split("/")[0] for f in out["failed"]] == ["02_b"]
     assert out["failed"][0] in [name for name, _ in out["left"]]  # still to train, by a later budget
