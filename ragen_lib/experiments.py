@@ -340,6 +340,8 @@ def run_finding(
     Returns a DataFrame with one row per run × step: metrics, `cfg.*` columns, the variant's
     labels, and `profile`; `df.attrs` holds profile, finding, root and wall_s.
     """
+    import pandas as pd
+
     check_parameters()
     profile = profile or default_profile()
     mode = train_mode()  # a misspelt RAGEN_TRAIN stops here, before anything trains
@@ -350,8 +352,6 @@ def run_finding(
     slots = worker_slots(load_profile(profile)["runs_per_device"])
     run_grid(root, finding, cfgs, train_quietly, progress=progress, slots=slots, train=mode == "all")
     wanted = grid_labels(root, finding, pairs)
-    import pandas as pd
-
     df = runs.load(root, finding, run_ids=set(wanted))  # other grids' leftovers are not even read
     df = label_rows(df, wanted)
     missing = missing_runs(root, finding, pairs)
