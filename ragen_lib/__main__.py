@@ -342,11 +342,10 @@ def _plan(args) -> int:
 def _backlog(args) -> int:
     """The runs a profile has left, in training order with their estimates; with --train SECONDS,
     trains those expected to finish within SECONDS (a GPU lease: `ragen_lib.backlog`)."""
-    from ragen_lib import backlog, experiments
+    from ragen_lib import backlog
 
-    try:  # an unknown profile, a grid file's typo: the message says what to fix
+    try:  # an unknown profile, a grid file's typo (raised before any run trains): the fix is named
         if args.train is not None:
-            experiments.load_profile(args.profile)
             done = backlog.train(args.profile, args.train, root=args.root)
             print(f"[backlog] trained {len(done['trained'])} run(s): {', '.join(done['trained']) or 'none'}")
             if done["failed"]:

@@ -21,20 +21,19 @@ How a row is decided, in this order (the first that applies wins):
    the steps of every stretch of 10 or more from the start: groups tied in std leave the choice to
    their order; `think`: arm a's reasoning (and arm b's, where it thinks too) averaged under one
    token a turn, where an empty `<think></think>` still passes the format check; `actions`, both
-   arms: the smaller per-turn
-   action limit dropped pieces on under 5% of its arm's turns and the larger limit's arm wrote no
-   more actions a turn, on average, than the smaller allows, nor (the smaller limit at or under the
-   env's default) past that default on 5% of its turns: 05's Table 3 arms then played alike).
+   arms: the smaller per-turn action limit dropped pieces on under 5% of its arm's turns and the
+   larger limit's arm wrote no more actions a turn, on average, than the smaller allows, nor (the
+   smaller limit at or under the env's default) past that default on 5% of its turns: 05's Table 3
+   arms then played alike).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the metric's
    `bound` (a claim other than a slope that names one: 06's reasoning length, bound 0), or at
    most the MDE above the env's random-policy success (floor) or within the MDE of its expert
    success (ceiling), from `baselines.reference_success`: each arm's own, within the action
-   budget its runs played under
-   and on their validation states (`arm_reference`; Table 3's arms play 5 to 35 actions). Not the
-   floor where exactly one arm sank more than the MDE below random play: it lost what random play
-   keeps (a collapse: the paper's Sokoban StarPO-S ≈0.21 vs PPO ≈0, random play 0.19), which the
-   other arm did not, scores below the other and more than the MDE apart; the row is judged and
-   says so. Both sunk: the floor.
+   budget its runs played under and on their validation states (`arm_reference`; Table 3's arms
+   play 5 to 35 actions). Not the floor where exactly one arm sank more than the MDE below random
+   play: it lost what random play keeps (a collapse: the paper's Sokoban StarPO-S ≈0.21 vs PPO
+   ≈0, random play 0.19), which the other arm did not, scores below the other and more than the
+   MDE apart; the row is judged and says so. Both sunk: the floor.
 5. Collapse claims with an env: a censored run whose success never rose LEARN_MARGIN above the env's
    random play (peak of the 5-step training average and of validation) never learned, so it had
    nothing to lose and its holding says nothing about stability: its seed is left out of the
