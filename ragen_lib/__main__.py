@@ -574,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="SECONDS",
         help="train the backlog's runs in order, one at a time, each only where it is expected to "
-        "finish within SECONDS of the start (a run the end of a lease cuts off is lost with the host)",
+        "finish within SECONDS of the start (a run the end of a lease cuts off is lost with the host); "
+        "where nothing was measured yet, the smallest run first, if SECONDS covers at least a run's setup",
     )
     rep = sub.add_parser("report", help="outputs/<profile>/REPORT.md from the verdicts and runs there")
     rep.add_argument("profile", help="smoke | quick | paper")

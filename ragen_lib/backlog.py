@@ -20,18 +20,22 @@ rather than starting several (a verdict needs every seed of its arms); a study's
 (seed 0 of each arm, then seed 1: a study cut short holds paired seeds); then the pilot runs in
 notebook order. A run two findings share is listed once, under the first (the other's grid copies it).
 
-Budget (`next_run`): the first run in that order whose estimate (times MARGIN) fits the seconds
-left; one that does not is passed over for a later, shorter one. A run cut off by the end of a
-lease is lost with the host (its checkpoint does not come back), so no run starts that is not
-expected to finish. Runs train one at a time, in this process (on an H100 two at once gave 1.24x
+Budget (`next_run`): the first run in that order whose estimate, times MARGIN (EXTRAPOLATED_MARGIN
+for an estimate from another env's or algorithm's runs or from `make bench`), fits the seconds left;
+one that does not is passed over for a later, shorter one. A run cut off by the end of a lease is
+lost with the host (its checkpoint does not come back), so no run starts that is not expected to
+finish. Runs train one at a time, in this process (on an H100 two at once gave 1.24x
 on Bandit and less than one at a time on a cold host: outputs/gpu-evidence/2026-11-27-h100-2).
 
-Estimates (`Estimator`): the mean seconds per step of stored finished runs of the same env and
-algorithm, on this device (else on any device of its class: GPU or CPU), scaled by episodes × turns ×
-tokens per turn; else of any stored run on it, scaled the same way; else `make bench`'s train step
-(`experiments.estimate_seconds`); plus the setup those runs logged (`time/setup`: load, warm-up,
-stage 1), else SETUP_S. None (unknown) when nothing was measured: then the budget's first run is
-the backlog's smallest, which measures the rest; after that, a run with no estimate is not started.
+Estimates (`Estimator`): the logged step seconds of stored finished runs of the same env and
+algorithm, per update, on this device (else on any device of its class: GPU or CPU), scaled by
+`work` (episodes and validation episodes × turns × tokens per turn); else of any stored run on it,
+scaled the same way; else `make bench`'s train step (`experiments.estimate_seconds`); plus the setup
+the runs chosen the same way logged (`time/setup`: load, warm-up, A*-PO's stage 1), else SETUP_S.
+None (unknown) when nothing was measured: then the budget's first run is the backlog's smallest,
+which measures the rest, where the budget holds at least SETUP_S × MARGIN; after that, a run with no
+estimate is not started. Not counted: checkpoint writes (every train.checkpoint_every steps, outside
+`time/step`), which the margin has to cover.
 """
 
 from __future__ import annotations
@@ -55,11 +59,23 @@ MARGIN = 1.15
 """A run starts only where this many times its estimate fits what is left: the estimate is a mean
 over other runs' steps, and a run that overruns the lease is lost whole."""
 
+EXTRAPOLATED_MARGIN = 2.0
+"""The margin for an estimate from another env's or algorithm's runs, or from `make bench`'s step:
+`work` does not see prompt lengths or an algorithm's extra passes (on a CPU a Sokoban PPO run
+estimated from Bandit's took 63 s against 31 s, and a GRPO one 69 s against 47 s)."""
+
+VAL_WEIGHT = 0.5
+"""A validation episode's cost in training episodes: a rollout without the forward passes and the
+update (the rollout was 57% of Sokoban's quick step on an H100: outputs/gpu-evidence/2026-11-27-h100-2).
+A judged run validates more than a pilot (128 states every 5 updates against 64 every 10), and the
+pilot is often what measured its speed."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Item:
     """One run of the backlog: the finding whose grid plans it first, its config and folder, the
-    studies it serves (judged entries; "pilot" for none), and its estimated seconds (None: unknown)."""
+    studies it serves (judged entries; "pilot" for none), its estimated seconds (None: unknown), and
+    whether that estimate is extrapolated (from another env's or algorithm's runs, or the bench)."""
 
     finding: str
     cfg: config.Config
@@ -67,16 +83,23 @@ class Item:
     studies: tuple[str, ...]
     judged: bool
     seconds: float | None
+    extrapolated: bool = False
+
+    @property
+    def margin(self) -> float:
+        return EXTRAPOLATED_MARGIN if self.extrapolated else MARGIN
 
     def describe(self) -> str:
         return f"{self.finding}/{self.path.name}"
 
 
-def work(cfg: config.Config) -> int:
-    """A step's size as the estimates scale it: episodes × turns × new tokens per turn (the same
-    measure `experiments.estimate_seconds` scales `make bench`'s step by)."""
-    limits = cfg.rollout.limits(env_class(cfg.env.name))
-    return cfg.train.groups * cfg.train.group_size * limits.max_turns * limits.max_new_tokens
+def work(cfg: config.Config) -> float:
+    """An update's size as the estimates scale it: (episodes + validation episodes per update, each
+    VAL_WEIGHT) × turns × new tokens per turn (`experiments.estimate_seconds` scales `make bench`'s
+    step, which has no validation, by the same measure without them)."""
+    t, limits = cfg.train, cfg.rollout.limits(env_class(cfg.env.name))
+    validation = VAL_WEIGHT * t.val_size / t.val_every if t.val_every else 0.0
+    return (t.groups * t.group_size + validation) * limits.max_turns * limits.max_new_tokens
 
 
 def _is_gpu(device: str) -> bool:
@@ -89,9 +112,9 @@ class Estimator:
 
     def __init__(self, root: Path, device: str, bench: dict | None):
         self.device, self.bench = device, bench
-        # (device, env, algo) -> [seconds per step per unit of `work`]; device -> [setup seconds]
+        # (device, env, algo) -> [seconds per update per unit of `work`], [setup seconds]
         self.rates: dict[tuple[str, str, str], list[float]] = {}
-        self.setups: dict[str, list[float]] = {}
+        self.setups: dict[tuple[str, str, str], list[float]] = {}
         for done in sorted(Path(root).glob(f"runs/*/*/{runs.DONE}")):
             self._add(done.parent)
 
@@ -107,14 +130,17 @@ class Estimator:
         steps = [r["time/step"] for r in rows if isinstance(r.get("time/step"), int | float)]
         if info is None or not steps:
             return
-        device = str(info.get("device") or "unrecorded")
-        rate = statistics.fmean(steps) / work(cfg)
-        self.rates.setdefault((device, cfg.env.name, cfg.algo.name), []).append(rate)
+        key = (str(info.get("device") or "unrecorded"), cfg.env.name, cfg.algo.name)
+        # per update, not per logged step: an online-k row holds one rollout and k updates
+        self.rates.setdefault(key, []).append(sum(steps) / cfg.train.steps / work(cfg))
         setup = rows[0].get("time/setup") if rows[0].get("step") == 0 else None
         if isinstance(setup, int | float) and math.isfinite(setup):
-            self.setups.setdefault(device, []).append(float(setup))
+            self.setups.setdefault(key, []).append(float(setup))
 
-    def _rate(self, env: str, algo: str) -> float | None:
+    def _median(self, table: dict, env: str, algo: str) -> tuple[float | None, bool]:
+        """The median of `table`'s values for the first tier that has any: this device and (env,
+        algo), its class and (env, algo), this device, its class; and whether it came from another
+        env or algorithm (None, True: nothing)."""
         mine = _is_gpu(self.device)
         tiers = (
             lambda d, e, a: d == self.device and (e, a) == (env, algo),
@@ -122,25 +148,24 @@ class Estimator:
             lambda d, e, a: d == self.device,
             lambda d, e, a: _is_gpu(d) == mine,
         )
-        for match in tiers:
-            found = [r for key, rs in self.rates.items() if match(*key) for r in rs]
+        for n, match in enumerate(tiers):
+            found = [v for key, vs in table.items() if match(*key) for v in vs]
             if found:
-                return statistics.median(found)
-        return None
+                return statistics.median(found), n >= 2
+        return None, True
 
-    def setup(self) -> float:
-        mine = _is_gpu(self.device)
-        found = self.setups.get(self.device) or [
-            s for d, ss in self.setups.items() if _is_gpu(d) == mine for s in ss
-        ]
-        return statistics.median(found) if found else SETUP_S
+    def estimate(self, cfg: config.Config) -> tuple[float | None, bool]:
+        """(seconds, whether extrapolated: from another env's or algorithm's runs, or the bench)."""
+        setup = self._median(self.setups, cfg.env.name, cfg.algo.name)[0]  # A*-PO's holds stage 1
+        setup = SETUP_S if setup is None else setup
+        rate, other = self._median(self.rates, cfg.env.name, cfg.algo.name)
+        if rate is not None:
+            return rate * work(cfg) * cfg.train.steps + setup, other
+        steps = experiments.estimate_seconds(cfg, self.bench)
+        return (None, True) if steps is None else (steps + setup, True)
 
     def seconds(self, cfg: config.Config) -> float | None:
-        rate = self._rate(cfg.env.name, cfg.algo.name)
-        if rate is not None:
-            return rate * work(cfg) * cfg.train.steps + self.setup()
-        steps = experiments.estimate_seconds(cfg, self.bench)
-        return None if steps is None else steps + self.setup()
+        return self.estimate(cfg)[0]
 
 
 def _study(finding: str, entry: dict | None) -> str:
@@ -182,7 +207,7 @@ def backlog(profile: str, root=None, *, device: str | None = None) -> tuple[list
             if study not in serves[path.name]:
                 serves[path.name].append(study)
             if path.name not in planned:
-                planned[path.name] = Item(finding, cfg, path, (), False, estimate.seconds(cfg))
+                planned[path.name] = Item(finding, cfg, path, (), False, *estimate.estimate(cfg))
     items = [
         dataclasses.replace(i, studies=tuple(serves[n]), judged=any(s != "pilot" for s in serves[n]))
         for n, i in planned.items()
@@ -219,22 +244,25 @@ def _ordered(items: list[Item]) -> list[Item]:
 def next_run(
     items: list[Item], seconds_left: float, skip: set[str] = frozenset(), *, first: bool = True
 ) -> Item | None:
-    """The first item not in `skip` (run folder names) whose estimate, times MARGIN, fits
-    `seconds_left`; where no item has an estimate and this is the `first` run of a budget, the
-    smallest (fewest steps × `work`: a 30-step pilot before a 150-step study run, so a lease that
-    knows nothing spends little to learn its speed); None when nothing fits (or nothing is known to)."""
+    """The first item not in `skip` (run folder names) whose estimate, times its margin (`Item.margin`),
+    fits `seconds_left`; where no item has an estimate and this is the `first` run of a budget of at
+    least SETUP_S × MARGIN, the smallest (fewest steps × `work`: a 30-step pilot before a 150-step
+    study run, so a lease that knows nothing spends little to learn its speed); None when nothing
+    fits (or nothing is known to)."""
     todo = [i for i in items if i.path.name not in skip]
     if first and todo and all(i.seconds is None for i in todo):
+        if seconds_left < SETUP_S * MARGIN:  # no run loads, warms up and trains in less
+            return None
         return min(todo, key=lambda i: i.cfg.train.steps * work(i.cfg))  # the first of equals
-    return next((i for i in todo if i.seconds is not None and i.seconds * MARGIN <= seconds_left), None)
+    return next((i for i in todo if i.seconds is not None and i.seconds * i.margin <= seconds_left), None)
 
 
 def format_backlog(items: list[Item], studies: dict[str, tuple[int, int]], profile: str) -> str:
     """The backlog as a table (order, run, steps, estimated and cumulative minutes, the studies it
     serves by number) under each judged study's stored and planned runs."""
 
-    def minutes(s):
-        return "?" if s is None else f"{s / 60:.1f}"
+    def minutes(s, extrapolated=False):
+        return "?" if s is None else f"{s / 60:.1f}" + ("*" if extrapolated else "")
 
     number = {s: f"S{n}" for n, s in enumerate(studies, 1)}
     lines = [f"backlog of profile {profile}: judged studies first, the least training left first"]
@@ -247,11 +275,16 @@ def format_backlog(items: list[Item], studies: dict[str, tuple[int, int]], profi
         total = None if total is None or i.seconds is None else total + i.seconds
         serves = ", ".join(number.get(s, s) for s in i.studies)
         lines.append(
-            f"{n:>3}  {i.describe():<60} {i.cfg.train.steps:>5} {minutes(i.seconds):>8} "
+            f"{n:>3}  {i.describe():<60} {i.cfg.train.steps:>5} {minutes(i.seconds, i.extrapolated):>8} "
             f"{minutes(total):>7}  {serves}"
         )
     if not items:
         lines.append("  nothing left to train: every run of the plan is stored")
+    if any(i.extrapolated and i.seconds is not None for i in items):
+        lines.append(
+            f"  *: estimated from another env's or algorithm's runs, or `make bench`: --train starts "
+            f"it only where {EXTRAPOLATED_MARGIN:g}× the estimate fits (else {MARGIN:g}×)"
+        )
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 (RAGEN_TRAIN=stored): the order, the estimates and the budget worked out by hand on a small profile
 of our own; then what a notebook, a verdict, a figure and the report say of runs not trained."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ PROFILES = """
 p:
   seeds: [0]
   overrides: {model.name: tiny-random, model.device: cpu, train.steps: 4, train.groups: 2,
-              train.group_size: 2, rollout.max_new_tokens: 8, rollout.max_turns: 2}
+              train.group_size: 2, rollout.max_new_tokens: 8, rollout.max_turns: 2, train.val_every: 0}
   judged:
     - {finding: 01_a, where: {env.name: bandit}, seeds: [0, 1]}
     - {finding: 02_b, where: {study: x}, seeds: [0, 1, 2]}
@@ -94,9 +95,10 @@ def test_estimates_scale_the_stored_runs_seconds_by_work_and_add_their_setup(pro
     finish(ppo0.path, ppo0.cfg, step_s=2.0, setup_s=30.0)
     est = backlog.Estimator(project, H100, None)
     # the same env and algorithm on this GPU: 4 steps × 2 s + its 30 s of setup
-    assert est.seconds(ppo0.cfg) == pytest.approx(38.0)
-    # GRPO on Bandit: no run of it stored, so any run on this GPU, scaled by work (the same work)
-    assert est.seconds(grpo0.cfg) == pytest.approx(38.0)
+    assert est.estimate(ppo0.cfg) == (pytest.approx(38.0), False)
+    # GRPO on Bandit: no run of it stored, so any run on this GPU, scaled by work (the same work):
+    # extrapolated, so --train wants EXTRAPOLATED_MARGIN of it
+    assert est.estimate(grpo0.cfg) == (pytest.approx(38.0), True)
     # twice the episodes a step: twice the seconds a step (Sokoban: no Sokoban run stored either)
     wide = config.from_dict(sokoban.cfg.to_dict(), {"train.groups": 4})
     assert backlog.work(wide) == 2 * backlog.work(sokoban.cfg) == 2 * backlog.work(ppo0.cfg)
@@ -104,13 +106,32 @@ def test_estimates_scale_the_stored_runs_seconds_by_work_and_add_their_setup(pro
     # another GPU measured it: an H200 takes the H100's figure (the same class), a CPU does not
     assert backlog.Estimator(project, "NVIDIA H200", None).seconds(ppo0.cfg) == pytest.approx(38.0)
     assert backlog.Estimator(project, "cpu", None).seconds(ppo0.cfg) is None
-    # the GRPO run measured on this GPU takes precedence over the PPO one for GRPO
-    finish(grpo0.path, grpo0.cfg, step_s=5.0, setup_s=10.0)
+    # the GRPO run measured on this GPU takes precedence over the PPO one for GRPO, its step and its
+    # setup (A*-PO's holds its stage 1: another algorithm's would hide it)
+    finish(grpo0.path, grpo0.cfg, step_s=5.0, setup_s=100.0)
     est = backlog.Estimator(project, H100, None)
-    assert est.seconds(grpo0.cfg) == pytest.approx(4 * 5.0 + 20.0)  # setup: the median of 30 and 10
+    assert est.estimate(grpo0.cfg) == (pytest.approx(4 * 5.0 + 100.0), False)
+    assert est.estimate(ppo0.cfg) == (pytest.approx(38.0), False)
     # nothing stored on a CPU: `make bench`'s step, scaled (experiments.estimate_seconds), + SETUP_S
     bench = {"s_per_step": 3.0, "shape": None, "model": "tiny-random"}
-    assert backlog.Estimator(project, "cpu", bench).seconds(ppo0.cfg) == pytest.approx(12.0 + backlog.SETUP_S)
+    assert backlog.Estimator(project, "cpu", bench).estimate(ppo0.cfg) == (
+        pytest.approx(12.0 + backlog.SETUP_S),
+        True,
+    )
+
+
+def test_work_counts_validation_episodes_and_a_rate_is_per_update(project):
+    """A judged run validates more than the pilot that often measured the speed, and an online-k row
+    holds k updates: both scale the estimate."""
+    items, _ = backlog.backlog("p", project, device=H100)
+    cfg = items[0].cfg  # 2 × 2 episodes, 2 turns × 8 tokens, no validation (val_every 0)
+    assert backlog.work(cfg) == 4 * 2 * 8
+    validated = config.from_dict(cfg.to_dict(), {"train.val_every": 5, "train.val_size": 40})
+    assert backlog.work(validated) == (4 + backlog.VAL_WEIGHT * 40 / 5) * 2 * 8
+    # an online-2 run: 2 logged steps of 6 s for 4 updates, 3 s an update
+    online = config.from_dict(cfg.to_dict(), {"train.online_k": 2})
+    finish(runs.run_dir(project, "01_a", online), online, step_s=6.0, setup_s=0.0)
+    assert backlog.Estimator(project, H100, None).seconds(cfg) == pytest.approx(4 * 3.0)
 
 
 def test_next_run_passes_over_a_run_too_long_for_what_is_left():
@@ -119,6 +140,9 @@ def test_next_run_passes_over_a_run_too_long_for_what_is_left():
         return backlog.Item("f", cfg, Path(name), ("s",), True, seconds)
 
     long, short, unknown = item("a", 300.0), item("b", 100.0), item("c", None)
+    guessed = dataclasses.replace(item("g", 100.0), extrapolated=True)
+    assert backlog.next_run([guessed, short], 150) is short  # 100 s from other runs: 200 s wanted
+    assert backlog.next_run([guessed, short], 200) is guessed
     assert backlog.next_run([long, short], 400) is long
     assert backlog.next_run([long, short], 200) is short
     assert backlog.next_run([long, short], 110) is None  # 100 s with the margin: 115 s
@@ -127,21 +151,22 @@ def test_next_run_passes_over_a_run_too_long_for_what_is_left():
     # unknown beside known: not started (it might not finish); all unknown: the first run of a
     # budget measures them, a later one is not started (nothing would be known to fit)
     assert backlog.next_run([unknown, short], 50) is None
-    assert backlog.next_run([unknown, item("d", None)], 1) is unknown  # the first of equals
+    assert backlog.next_run([unknown, item("d", None)], 100) is unknown  # the first of equals
     assert backlog.next_run([unknown, item("d", None)], 1e9, first=False) is None
+    assert backlog.next_run([unknown], backlog.SETUP_S) is None  # not even a setup fits
     # knowing nothing, the smallest run measures the rest: a 30-step pilot before a 150-step run
     pilot = backlog.Item("f", config.from_dict({"model": {"name": "tiny-random"}, "train": {"steps": 30}}),
                          Path("e"), ("pilot",), False, None)  # fmt: skip
-    assert backlog.next_run([unknown, pilot], 1) is pilot
+    assert backlog.next_run([unknown, pilot], 100) is pilot
 
 
 def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over_a_failure(
     project, monkeypatch, capsys
 ):
     """A fake clock: each run takes 100 s of it. Run 1 (no estimate) measures 4 × 15 s + 30 s = 90 s
-    a run, 103.5 s with the margin; of 310 s, run 2 fits the 210 s left, run 3 (S2's seed 2) fits
-    the 110 s then left but fails and is passed over, taking none; run 4 fits the same 110 s; then
-    nothing fits the 10 s left."""
+    a PPO run, 103.5 s with the margin; of 390 s, run 2 fits the 290 s left, run 3 (S2's seed 2)
+    fits the 190 s then left but fails and is passed over, taking none; run 4, GRPO, estimated from
+    the PPO runs, wants twice 90 s and fits the same 190 s; then nothing fits the 90 s left."""
     clock = {"t": 0.0}
     monkeypatch.setattr(backlog.time, "monotonic", lambda: clock["t"])
     calls = []
@@ -155,7 +180,7 @@ def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over
         finish(runs.run_dir(root, finding, cfg), cfg, device="cpu", step_s=15.0, setup_s=30.0)
 
     monkeypatch.setattr(workers, "run_grid", fake_grid)
-    out = backlog.train("p", 310, project)
+    out = backlog.train("p", 390, project)
     assert calls == [("starpo-ppo", 0), ("starpo-ppo", 1), ("starpo-ppo", 2), ("starpo-grpo", 0)]
     assert len(out["trained"]) == 3 and [f.split("/")[0] for f in out["failed"]] == ["02_b"]
     assert out["failed"][0] in [name for name, _ in out["left"]]  # still to train, by a later budget
