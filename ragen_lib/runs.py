@@ -1110,8 +1110,9 @@ def stands(path: Path, cfg: Config) -> bool:
 def adopt(src: Path, dest: Path) -> bool:
     """Copy the finished run `src` to `dest` (which must not exist): config, metrics, samples, DONE
     and the final weights (hard-linked where the disk allows), not its lock, checkpoints or
-    quarantine; REUSED_FROM names `src`. Built under <root>/.adopting/ and renamed into place, so
-    no reader ever sees half a run. False (nothing changed) when `dest` appeared meanwhile."""
+    quarantine; REUSED_FROM names `src` (runs/<finding>/<run>, in the same store). Built under
+    <root>/.adopting/ and renamed into place, so no reader ever sees half a run. False (nothing
+    changed) when `dest` appeared meanwhile."""
     tmp = dest.parents[2] / ".adopting" / f"{dest.name}.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -1141,7 +1142,8 @@ def _copy_finished(src: Path, dest: Path) -> None:
                 os.link(f, dest / f.name)
         if not (dest / f.name).exists():
             shutil.copy2(f, dest / f.name)
-    (dest / REUSED_FROM).write_text(f"{src}\n")
+    # by its place in the store, not this machine's path: a copy is committed with the runs
+    (dest / REUSED_FROM).write_text(f"runs/{src.parent.name}/{src.name}\n")
 
 
 def adopt_into(src: Path, run: Run) -> None:

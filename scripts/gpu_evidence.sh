@@ -54,7 +54,7 @@ say() { echo "[evidence $(elapsed) s] $*" | tee -a "$ev/phases.log"; }
 
 archive() {
   say "archiving (left: $(left) s)"
-  tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' \
+  tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' --exclude='quarantine' \
     outputs/gpu-check outputs/bench $(ls -d "outputs/$PROFILE" 2>/dev/null) -C "$out" evidence 2>>"$ev/phases.log"
   ls -la "$out" | tee -a "$ev/phases.log"
   for f in $(find outputs/gpu-check outputs/bench -maxdepth 2 -name '*.md' -newer "$ev/host.txt"); do

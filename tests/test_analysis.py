@@ -986,6 +986,11 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
         done.parent.mkdir(parents=True)
         done.write_text(json.dumps({"steps": 3, "device": device}))
         (done.parent / "config.yaml").write_text(json.dumps({"model": {"name": model}}))
+    copy = tmp_path / "smoke" / "runs" / "09_y" / "run0"  # another finding's copy of run0: not a run trained
+    copy.mkdir(parents=True)
+    for f in ("DONE", "config.yaml"):
+        (copy / f).write_text((tmp_path / "smoke" / "runs" / "09_x" / "run0" / f).read_text())
+    (copy / runs.REUSED_FROM).write_text("runs/09_x/run0\n")
     report = analysis.report("smoke").read_text()
     assert (
         "Trained on: NVIDIA H100 80GB HBM3 (2 runs), cpu (1 runs); models smollm2-135m-instruct (2 runs), "
@@ -1058,6 +1063,12 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
         "06_reasoning_rewards", "**headline**"
     )
     assert "`make replicate NB=05 PROFILE=quick` has not run" in line("05_rollout_quality", "**headline**")
+    monkeypatch.setenv("RAGEN_TRAIN", "stored")  # judging the stored runs: the command trains nothing either
+    assert (
+        "`RAGEN_TRAIN=stored make replicate NB=05 PROFILE=quick` has not run"
+        in analysis.report("quick").read_text()
+    )
+    monkeypatch.delenv("RAGEN_TRAIN")
     # a torn copy has no start to compare with: its verdict is not shown as current
     assert (
         "| **STALE INCONCLUSIVE** | | perhaps from an earlier run (the executed copy is unreadable): the "

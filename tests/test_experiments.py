@@ -140,7 +140,10 @@ def test_a_config_another_finding_finished_is_copied_not_trained_again(tmp_path,
     experiments.run_grid(tmp_path, "second", seeds(0, 1, 2), fake_train, progress=False)
     assert calls == [0, 1, 1, 2]  # seed 0 copied; seed 1 (damaged there) and seed 2 trained
     copied = runs.run_dir(tmp_path, "second", seeds(0)[0])
-    assert (copied / runs.REUSED_FROM).read_text() == f"{runs.run_dir(tmp_path, 'first', seeds(0)[0])}\n"
+    origin = runs.run_dir(
+        tmp_path, "first", seeds(0)[0]
+    )  # named by its place in the store, not this machine's path
+    assert (copied / runs.REUSED_FROM).read_text() == f"{origin.relative_to(tmp_path)}\n"
     assert f"reused from first: {copied.name}" in capsys.readouterr().out
     assert not (runs.run_dir(tmp_path, "second", seeds(1)[0]) / runs.REUSED_FROM).exists()
     df = runs.load(tmp_path, "second")

@@ -116,9 +116,12 @@ def notebook_run(path: Path) -> tuple[str, float | None]:
 
 def trained_on(base: Path) -> str:
     """The devices and models the finished runs under `base` trained, from their DONE records and
-    configs (the report may be written elsewhere, e.g. on a laptop from a GPU host's outputs)."""
+    configs (the report may be written elsewhere, e.g. on a laptop from a GPU host's outputs). A
+    copy of another finding's run (REUSED_FROM) is counted once, as the run it copies."""
     devices, names = Counter(), Counter()
     for done in sorted(base.glob("runs/*/*/" + runs.DONE)):
+        if (done.parent / runs.REUSED_FROM).exists():
+            continue
         info = runs.read_done(done.parent)
         devices["unreadable DONE" if info is None else info.get("device") or "unrecorded"] += 1
         try:
@@ -144,6 +147,8 @@ def report(profile: str) -> Path:
     from ragen_lib import experiments, metrics
 
     experiments.load_profile(profile)  # a misspelt profile: ValueError naming the valid ones
+    # the command a notebook not run yet needs: under RAGEN_TRAIN=stored, one that trains nothing
+    mode = "RAGEN_TRAIN=stored " if experiments.train_mode() == "stored" else ""
     base = runs.output_root(profile)
     if not base.is_dir():
         raise FileNotFoundError(
@@ -178,7 +183,7 @@ def report(profile: str) -> Path:
                 "failed": f"the notebook raised: see {link}",
                 "unfinished": f"the notebook did not finish (killed, or still running): {link}",
                 "finished": f"the notebook finished without writing a verdict: {link}",
-                "not run": f"`make replicate NB={name[:2]} PROFILE={profile}` has not run",
+                "not run": f"`{mode}make replicate NB={name[:2]} PROFILE={profile}` has not run",
             }[state]
             lines.append(f"| {name} | **headline** | **NO VERDICT** | | {why} | | | |")
             continue
