@@ -350,6 +350,13 @@ def _backlog(args) -> int:
             print(f"[backlog] trained {len(done['trained'])} run(s): {', '.join(done['trained']) or 'none'}")
             if done["failed"]:
                 print(f"[backlog] failed (passed over): {', '.join(done['failed'])}")
+            if done["beyond"]:
+                print(
+                    f"[backlog] {len(done['beyond'])} run(s) are estimated longer than the whole "
+                    f"{args.train:g} s, so no budget of it starts them (a run cut off is lost with the "
+                    f"host): {', '.join(done['beyond'])}. They need a longer budget (a lease whose "
+                    "calls run the backlog detached, `setsid`, across calls) or a profile of shorter runs"
+                )
         items, studies = backlog.backlog(args.profile, root=args.root)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None

@@ -257,6 +257,13 @@ def next_run(
     return next((i for i in todo if i.seconds is not None and i.seconds * i.margin <= seconds_left), None)
 
 
+def beyond(items: list[Item], budget_s: float) -> list[Item]:
+    """The items whose estimate, with its margin, exceeds the whole of `budget_s`: no lease of that
+    length starts them, however many come (a run cut off is lost with the host, checkpoint and
+    all), so they need a longer budget or a profile of shorter runs."""
+    return [i for i in items if i.seconds is not None and i.seconds * i.margin > budget_s]
+
+
 def format_backlog(items: list[Item], studies: dict[str, tuple[int, int]], profile: str) -> str:
     """The backlog as a table (order, run, steps, estimated and cumulative minutes, the studies it
     serves by number) under each judged study's stored and planned runs."""
@@ -292,7 +299,8 @@ def train(profile: str, budget_s: float, root=None, *, progress: bool = True) ->
     """Train the backlog's runs in order, one at a time, each only where its estimate fits what is
     left of `budget_s` (re-estimated after every run, from the runs it finished). A run that fails
     is named and passed over. Returns {"trained": [...], "failed": [...], "left": [...]} (run folder
-    paths relative to the store, and what was left with its estimate)."""
+    paths relative to the store, what was left with its estimate, and `beyond`'s runs: too long for
+    any budget of `budget_s`)."""
     from ragen_lib.workers import run_grid, train_quietly
 
     root = Path(root) if root else runs.output_root(profile)
@@ -317,4 +325,9 @@ def train(profile: str, budget_s: float, root=None, *, progress: bool = True) ->
             print(f"[backlog] finished {item.describe()}", flush=True)
         else:
             failed.append(item.describe())
-    return {"trained": trained, "failed": failed, "left": [(i.describe(), i.seconds) for i in items]}
+    return {
+        "trained": trained,
+        "failed": failed,
+        "left": [(i.describe(), i.seconds) for i in items],
+        "beyond": [i.describe() for i in beyond(items, budget_s)],
+    }

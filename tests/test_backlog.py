@@ -158,6 +158,9 @@ def test_next_run_passes_over_a_run_too_long_for_what_is_left():
     pilot = backlog.Item("f", config.from_dict({"model": {"name": "tiny-random"}, "train": {"steps": 30}}),
                          Path("e"), ("pilot",), False, None)  # fmt: skip
     assert backlog.next_run([unknown, pilot], 100) is pilot
+    # what no budget of this length starts, however many leases come: said, not passed over forever
+    assert backlog.beyond([long, short, unknown, guessed], 250) == [long]
+    assert backlog.beyond([long, short, unknown, guessed], 150) == [long, guessed]
 
 
 def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over_a_failure(
@@ -184,6 +187,7 @@ def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over
     assert calls == [("starpo-ppo", 0), ("starpo-ppo", 1), ("starpo-ppo", 2), ("starpo-grpo", 0)]
     assert len(out["trained"]) == 3 and [f.split("/")[0] for f in out["failed"]] == ["02_b"]
     assert out["failed"][0] in [name for name, _ in out["left"]]  # still to train, by a later budget
+    assert out["beyond"] == []  # each run left fits 390 s
     printed = capsys.readouterr().out
     assert "estimated unknown: nothing measured here yet" in printed and "(estimated 90 s)" in printed
 
