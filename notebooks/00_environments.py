@@ -39,6 +39,8 @@ from ragen_lib.envs import make
 from ragen_lib.rollout import Episode, collect
 
 experiments.check_parameters()  # a misspelt papermill -p name stops here (papermill only warns)
+seed = experiments.check_int("seed", seed, 0)
+reference_states = experiments.check_int("reference_states", reference_states, 1)
 profile = profile or experiments.default_profile()
 model_name = experiments.load_profile(profile)["overrides"].get("model.name")
 ENVS = ["bandit", "bandit-rev", "sokoban", "sokoban-large", "sokoban-newvocab", "frozenlake", "webshop"]

@@ -92,7 +92,7 @@ print(analysis.criteria(STUDIES))
 # %%
 df = experiments.run_finding("03_uncertainty_filtering", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(label, axis=1)
+experiments.label(df, "variant", label)
 
 # %%
 metric = analysis.success_metric(df)

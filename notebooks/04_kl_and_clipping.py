@@ -109,13 +109,14 @@ print(analysis.criteria(STUDIES))
 # %%
 df = experiments.run_finding("04_kl_and_clipping", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(
+experiments.label(
+    df,
+    "variant",
     lambda r: (
         "StarPO-S"
         if r["cfg.algo.name"] == "starpo-s"
         else f"PPO kl={r['cfg.algo.kl_coef']:g} ε_high={r['cfg.algo.clip_high']:g}"
     ),
-    axis=1,
 )
 
 # %%

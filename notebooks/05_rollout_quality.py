@@ -79,8 +79,13 @@ def variant(r):
 
 def studies(df):
     """The rows; Table 2's arms are the P×N point with N nearest 4 (the paper's best, 32×4; the
-    most states among ties) and the one with the fewest initial states (4×32)."""
-    pxn = df[df["study"] == "pxn"]
+    most states among ties) and the one with the fewest initial states (4×32), among the grid's
+    points, stored or not (RAGEN_TRAIN=stored): the arms are the design's, whatever is stored."""
+    cols = ["study", "cfg.train.groups", "cfg.train.group_size"]
+    grid = df[cols]
+    if df.attrs.get("missing"):
+        grid = pd.concat([grid, pd.DataFrame(df.attrs["missing"])[cols]], ignore_index=True)
+    pxn = grid[grid["study"] == "pxn"].astype({"cfg.train.groups": float, "cfg.train.group_size": float})
     near4 = pxn.assign(off=(pxn["cfg.train.group_size"] - 4).abs()).sort_values(
         ["off", "cfg.train.groups"], ascending=[True, False]
     )
@@ -197,7 +202,7 @@ PRIMARY = ["table2 newvocab"]  # FrozenLake's row: at random play and under-powe
 # %%
 df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(variant, axis=1, result_type="reduce")  # "reduce": a column even with no run stored
+experiments.label(df, "variant", variant)
 STUDIES = studies(df)
 print(analysis.criteria(STUDIES))
 

@@ -126,13 +126,14 @@ print(analysis.criteria(STUDIES))
 # %%
 df = experiments.run_finding("06_reasoning_rewards", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(
+experiments.label(
+    df,
+    "variant",
     lambda r: (
         f"{r['cfg.env.name']} "
         + ("think" if r["cfg.rollout.enable_think"] else "no-think")
         + (f" λ={r['cfg.algo.reasoning_lambda']:g}" if r["cfg.env.name"] == "webshop" else "")
     ),
-    axis=1,
 )
 
 # %%
@@ -149,15 +150,17 @@ table = analysis.late_table(table4, "val/success", "variant")
 for col in shifted:  # success on the shifted env each run was validated on
     table = table.merge(analysis.late_table(table4, col, "variant"), on="variant")
 display(table)
-held_out = pd.concat(
-    [
-        plots.per_seed(df[df["cfg.env.name"] == env], f"val/success/{shifted}", ["variant"])
-        .rename(columns={f"val/success/{shifted}": "success"})
-        .assign(shift=f"{env} → {shifted}", think=lambda t: t["variant"].str.endswith(" think"))
-        for env, shifted in SHIFTS.items()
-        if f"val/success/{shifted}" in df
-    ]
-)
+shifts = [
+    plots.per_seed(df[df["cfg.env.name"] == env], f"val/success/{shifted}", ["variant"])
+    .rename(columns={f"val/success/{shifted}": "success"})
+    .assign(shift=f"{env} → {shifted}", think=lambda t: t["variant"].str.endswith(" think"))
+    for env, shifted in SHIFTS.items()
+    if f"val/success/{shifted}" in df
+]
+# none where no Table 4 run is stored yet (RAGEN_TRAIN=stored): the empty frame keeps df's attrs,
+# so the bar says "not trained yet" (and is an error where every run is stored)
+held_out = pd.concat(shifts) if shifts else pd.DataFrame(columns=["variant", "success", "shift", "think"])
+held_out.attrs = df.attrs
 held_out["arm"] = held_out["think"].map({True: "think", False: "no-think"})
 table4_bar = plots.bars(
     held_out,

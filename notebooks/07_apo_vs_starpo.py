@@ -156,7 +156,7 @@ def variant(r):
 # %%
 df = experiments.run_finding("07_apo_vs_starpo", profile, seeds=seeds, overrides=overrides)
 profile, finding = df.attrs["profile"], df.attrs["finding"]
-df["variant"] = df.apply(variant, axis=1)
+experiments.label(df, "variant", variant)
 df["time/train_step"] = df["time/rollout"] + df["time/forward"] + df["time/update"]
 if "time/v_star" not in df:
     df["time/v_star"] = 0.0

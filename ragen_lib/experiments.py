@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from ragen_lib import config, models, revisions, runs
+from ragen_lib import config, metrics, models, revisions, runs
 from ragen_lib.envs import env_class
 from ragen_lib.workers import run_grid, train_quietly, worker_slots
 
@@ -216,6 +216,18 @@ def parse_seeds(seeds, source: str = "seeds") -> list[int] | None:
     return list(seeds)
 
 
+def check_int(name: str, value, minimum: int) -> int:
+    """A notebook's integer parameter (`papermill -p seed 3`), or an error that names it and the fix
+    when it is not an integer >= `minimum` (numpy would say "expected non-negative integer" and
+    name neither)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"notebook parameter {name}={value!r}: it takes an integer >= {minimum} "
+            f"(papermill: -p {name} {max(minimum, 1)})"
+        )
+    return value
+
+
 def variants(
     finding: str | Path, profile: str, *, seeds: list[int] | None = None, overrides: dict | str | None = None
 ) -> tuple[str, list[tuple[config.Config, dict]]]:
@@ -289,8 +301,21 @@ def judged_variants(
                 **dotted,
                 "train.seed": seed,
             }
-            merged = cap_batch(merged, prof["max_episodes_per_step"])
-            out.append((config.from_dict({}, merged), labels, entry if labels["judged"] else None))
+            capped = cap_batch(merged, prof["max_episodes_per_step"])
+            # the cap shrinks the profile's grids, never a value the caller set: that would train
+            # another batch than asked for, without a word
+            mine = sorted(
+                k for k in ("train.groups", "train.group_size") if k in overrides and capped[k] != merged[k]
+            )
+            if mine:
+                raise ValueError(
+                    f"overrides set {', '.join(f'{k}={overrides[k]}' for k in mine)}, but profile "
+                    f"{profile!r} caps a step at {prof['max_episodes_per_step']} episodes "
+                    "(max_episodes_per_step in params/profiles.yaml) and would train "
+                    f"{capped['train.groups']} groups × {capped['train.group_size']} instead: lower "
+                    "train.groups × train.group_size to the cap, or use a profile without one (quick, paper)"
+                )
+            out.append((config.from_dict({}, capped), labels, entry if labels["judged"] else None))
     if prof["judged"] != "all":
         for entry in prof["judged"]:
             if entry["finding"] == path.stem and id(entry) not in matched:
@@ -355,19 +380,41 @@ def run_finding(
     df = runs.load(root, finding, run_ids=set(wanted))  # other grids' leftovers are not even read
     df = label_rows(df, wanted)
     missing = missing_runs(root, finding, pairs)
-    for col in dict.fromkeys(k for m in missing for k in m):  # a store with none of a grid's runs
-        if col not in df:  # still has its config and label columns, for a notebook to select on
-            df[col] = pd.Series(dtype=object)
+    # A store with none of a grid's runs still has its config and label columns, for a notebook to
+    # select on, and, empty, the metrics' columns, for its tables and figures to read (a frame with
+    # runs keeps the columns they logged: 07 reads a missing one as "none"). Added in one concat:
+    # one at a time, a hundred of them fragment the frame (pandas' PerformanceWarning).
+    absent = {c: pd.Series(dtype=object) for c in dict.fromkeys(k for m in missing for k in m) if c not in df}
+    if df.empty:
+        absent |= {c: pd.Series(dtype=float) for c in metrics.METRICS if c not in df and c not in absent}
+    if absent:
+        df = pd.concat([df, pd.DataFrame(absent)], axis=1)
     df["profile"] = profile
+    # what a notebook's parameters changed from the profile's design: its verdict and REPORT.md say
+    # so, since the verdict file is the profile's one per finding whatever was run by hand
+    parameters = {"seeds": parse_seeds(seeds), "overrides": parse_overrides(overrides)}
     df.attrs.update(
         profile=profile,
         finding=finding,
+        parameters={k: v for k, v in parameters.items() if v},
         wall_s=time.perf_counter() - t0,
         root=str(root),
         planned=len(wanted),
         missing=missing,  # `analysis.decide` hands it to every row
     )
     return df
+
+
+def label(df, column: str, fn) -> None:
+    """`df[column] = fn(row)` for each row of a notebook's frame, and for each of its grid's runs not
+    stored (`df.attrs["missing"]`): a verdict's arm selected on a label the notebook derives (05's
+    `variant`) then finds the runs it lacks, where a run without the label could be any arm's. A
+    column even with no run stored (`result_type="reduce"`: pandas would make an empty frame)."""
+    import pandas as pd
+
+    df[column] = df.apply(fn, axis=1, result_type="reduce")
+    for run in df.attrs.get("missing") or []:
+        run[column] = fn(pd.Series(run))
 
 
 def missing_runs(root, finding: str, pairs) -> list[dict]:

@@ -457,7 +457,9 @@ def per_seed(df: pd.DataFrame, metric: str, by: list[str], score: str = "late") 
     facts = [c for c in RUN_FACTS if c in df and c not in keys]
     ran_cols = ["done", *([UNFINISHED] if "run_id" in df else [])] if "done" in df else []
     columns = [*keys, metric, *([FORMAT] if fmt and fmt in df else []), *facts, *ran_cols]
-    return pd.DataFrame(rows, columns=columns)
+    out = pd.DataFrame(rows, columns=columns)
+    out.attrs = dict(df.attrs)  # the grid's runs not stored: `bars` of an empty selection says so
+    return out
 
 
 def unfinished_runs(df: pd.DataFrame) -> int:

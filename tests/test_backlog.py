@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lib import analysis, backlog, config, experiments, plots, runs, workers
+from ragen_lib import analysis, backlog, config, experiments, metrics, plots, runs, workers
 from ragen_lib.__main__ import main
 from ragen_lib.runs import Run
 
@@ -218,7 +218,14 @@ def test_a_notebook_frame_with_nothing_stored_keeps_its_grids_columns_and_names_
     monkeypatch.setenv("RAGEN_TRAIN", "stored")
     df = experiments.run_finding("01_a", "p", root=project, progress=False)
     assert df.empty and {"cfg.env.name", "cfg.algo.name", "cfg.train.seed", "judged"} <= set(df.columns)
+    assert set(metrics.METRICS) <= set(df.columns)  # what the notebook's tables and figures read
     assert df.attrs["planned"] == 6 and len(df.attrs["missing"]) == 6
+    assert df.attrs["parameters"] == {}  # the profile's design
+    # a notebook's parameters, which its verdict and REPORT.md then name
+    df = experiments.run_finding(
+        "01_a", "p", root=project, progress=False, seeds="[5]", overrides='{"train.actor_lr": 0.5}'
+    )
+    assert df.attrs["parameters"] == {"seeds": [5], "overrides": {"train.actor_lr": 0.5}}
 
 
 def _frame(seeds_a, seeds_b, rate_a=0.8, rate_b=0.2):
@@ -269,6 +276,32 @@ def test_a_row_whose_arms_lack_a_planned_run_is_inconclusive_and_names_them():
     )  # fmt: skip
     assert derived.status == analysis.INCONCLUSIVE
     assert "3 of the grid's runs, which the arms' selector ['variant'] cannot tell apart" in derived.reason
+    # ... even where those runs are pilots: they could be anyone's, and the arms are judged
+    pilots = [{**m, "judged": False} for m in missing]
+    derived = analysis.judge(
+        part.assign(variant=part["cfg.algo.name"]), CLAIM, {"variant": "starpo-ppo"},
+        {"variant": "starpo-grpo"}, floor_ceiling=None, missing=pilots,
+    )  # fmt: skip
+    assert derived.status == analysis.INCONCLUSIVE and "cannot tell apart" in derived.reason
+
+
+def test_a_label_the_notebook_derives_is_given_to_the_runs_not_stored_too():
+    """`experiments.label`: the missing runs carry the notebook's label, so a row whose arms are
+    whole decides while another arm's runs are missing, and a row whose arm lacks one does not."""
+    df = _frame([0, 1, 2], [0, 1, 2])
+    other = {"run_id": "apo0", "cfg.algo.name": "apo", "cfg.train.seed": 0, "judged": False}
+    own = {"run_id": "starpo-ppo3", "cfg.algo.name": "starpo-ppo", "cfg.train.seed": 3, "judged": True}
+    df.attrs["missing"] = [other, own]
+    experiments.label(df, "variant", lambda r: r["cfg.algo.name"].upper())
+    assert [m["variant"] for m in df.attrs["missing"]] == ["APO", "STARPO-PPO"]
+    a, b = {"variant": "STARPO-PPO"}, {"variant": "STARPO-GRPO"}
+    row = analysis.judge(df, CLAIM, a, b, floor_ceiling=None, missing=df.attrs["missing"])
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("not trained: arm a seed 3 (")
+    row = analysis.judge(df, CLAIM, a, b, floor_ceiling=None, missing=[other])
+    assert row.status == analysis.REPRODUCED
+    empty = df.iloc[:0].copy()  # no run stored: still a column
+    experiments.label(empty, "variant", lambda r: r["cfg.algo.name"].upper())
+    assert "variant" in empty and empty.empty
 
 
 def test_the_verdict_the_figure_and_the_report_say_runs_are_missing(tmp_path, monkeypatch):
@@ -293,6 +326,23 @@ def test_the_verdict_the_figure_and_the_report_say_runs_are_missing(tmp_path, mo
     assert "**Stored runs only: 09_x judged the runs stored" in report
     assert "9 of the grid's 10 runs stored, the rest not trained" in report
     assert json.loads((tmp_path / "smoke" / "verdicts" / "09_x.json").read_text())["stored"] == 9
+    assert "notebook parameters" not in str(verdict) + report  # the profile's design
+
+
+def test_a_verdict_run_with_notebook_parameters_says_which_wherever_it_is_read(tmp_path, monkeypatch):
+    """The verdict file is one per profile and finding: one from `papermill -p overrides ...` replaces
+    the profile's, so it, its JSON and REPORT.md name the parameters it ran with."""
+    df = _frame([0, 1, 2], [0, 1, 2])
+    given = {"seeds": [0, 1, 2], "overrides": {"algo.kl_coef": 0.5}}
+    df.attrs.update(finding="09_x", parameters=given)
+    verdict = analysis.decide(df, "PPO beats GRPO", [(CLAIM, A, B)], ["late"], floor_ceiling=None)
+    text = 'notebook parameters: seeds [0, 1, 2]; overrides {"algo.kl_coef": 0.5}'
+    assert text in str(verdict)
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    monkeypatch.setattr(experiments, "findings", lambda: ["09_x"])
+    verdict.write("smoke")
+    assert json.loads((tmp_path / "smoke" / "verdicts" / "09_x.json").read_text())["parameters"] == given
+    assert text in analysis.report("smoke").read_text()
 
 
 def test_the_cli_lists_the_backlog_and_refuses_a_bad_profile_or_budget(project, capsys):
@@ -306,8 +356,6 @@ def test_the_cli_lists_the_backlog_and_refuses_a_bad_profile_or_budget(project, 
 
 def _store(root: Path, finding: str, cfg, rng) -> None:
     """A finished run of `cfg` with random metrics at every logged step (no training), on an H100."""
-    from ragen_lib import metrics
-
     path = runs.run_dir(root, finding, cfg)
     path.mkdir(parents=True)
     shifted = ["val/success/bandit-heldout", "val/success/bandit-heldout-rev", "val/success/frozenlake"]
@@ -321,19 +369,35 @@ def _store(root: Path, finding: str, cfg, rng) -> None:
         run.mark_done({"device": H100})
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [f for f in experiments.findings()])
-def test_every_notebook_renders_the_quick_runs_stored_so_far_and_judges_none_on_part_of_a_design(
-    name, tmp_path, monkeypatch
-):
-    """RAGEN_TRAIN=stored on a store a few GPU leases would leave: seed 0 of the quick runs but the
-    GRPO ones (a whole arm missing: empty selections in figures) and every third config. The
-    notebook runs to its verdict, and no row whose arms miss a planned run reads REPRODUCED or NOT
-    REPRODUCED."""
+def _notebook_verdict(name: str):
+    """Run notebook `name`'s source at the quick profile (figures not saved) and return its verdict."""
     import re
     from unittest import mock
 
     import matplotlib.pyplot as plt
+
+    source = Path(f"notebooks/{name}.py").read_text()
+    source = re.sub(r"^profile = None\b", "profile = 'quick'", source, count=1, flags=re.M)
+    space = {"__name__": "__main__"}
+    with (
+        mock.patch.object(plots, "save", mock.MagicMock(return_value="figure.png")),
+        mock.patch("IPython.display.display"),
+    ):
+        exec(compile(source, f"notebooks/{name}.py", "exec"), space)
+    plt.close("all")
+    return space["verdict"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stored", ["some", "none"])
+@pytest.mark.parametrize("name", [f for f in experiments.findings()])
+def test_every_notebook_renders_the_quick_runs_stored_so_far_and_judges_none_on_part_of_a_design(
+    name, stored, tmp_path, monkeypatch
+):
+    """RAGEN_TRAIN=stored on a store a few GPU leases would leave: seed 0 of the quick runs but the
+    GRPO ones (a whole arm missing: empty selections in figures) and every third config; or none of
+    the finding's runs, as before the first lease reaches it. The notebook runs to its verdict, and
+    no row whose arms miss a planned run reads REPRODUCED or NOT REPRODUCED."""
     import numpy as np
 
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
@@ -344,20 +408,11 @@ def test_every_notebook_renders_the_quick_runs_stored_so_far_and_judges_none_on_
     kept = {
         c.hash(): c
         for n, c in enumerate(configs)
-        if c.train.seed == 0 and c.algo.name != "starpo-grpo" and n % 3 != 1
+        if stored == "some" and c.train.seed == 0 and c.algo.name != "starpo-grpo" and n % 3 != 1
     }
     for cfg in kept.values():
         _store(tmp_path / "quick", finding, cfg, rng)
-    source = Path(f"notebooks/{name}.py").read_text()
-    source = re.sub(r"^profile = None\b", "profile = 'quick'", source, count=1, flags=re.M)
-    space = {"__name__": "__main__"}
-    with (
-        mock.patch.object(plots, "save", mock.MagicMock(return_value="figure.png")),
-        mock.patch("IPython.display.display"),
-    ):
-        exec(compile(source, f"notebooks/{name}.py", "exec"), space)
-    plt.close("all")
-    verdict = space["verdict"]
+    verdict = _notebook_verdict(name)
     assert verdict.stored == len({runs.run_dir(tmp_path, finding, c).name for c in kept.values()})
     assert verdict.stored < verdict.planned
     decided = [r for r in verdict.rows if r.status in (analysis.REPRODUCED, analysis.NOT_REPRODUCED)]
@@ -366,6 +421,25 @@ def test_every_notebook_renders_the_quick_runs_stored_so_far_and_judges_none_on_
     assert all(r.reason.startswith("not trained: ") for r in inconclusive), [r.reason for r in inconclusive]
     judges = {j["finding"] for j in experiments.load_profile("quick")["judged"]}
     assert bool(inconclusive) == (finding in judges)  # quick's other findings are all pilots
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted({j["finding"] for j in experiments.load_profile("quick")["judged"]}))
+def test_a_judged_study_whose_runs_are_all_stored_is_judged_while_pilots_wait(name, tmp_path, monkeypatch):
+    """The backlog trains judged studies first: once a study's runs are stored, its rows are judged
+    (not PILOT, not "not trained") although the finding's pilot runs are not trained yet."""
+    import numpy as np
+
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    monkeypatch.setenv("RAGEN_TRAIN", "stored")
+    rng = np.random.default_rng(0)
+    finding, pairs = experiments.variants(name, "quick")
+    for cfg in {c.hash(): c for c, labels in pairs if labels["judged"]}.values():
+        _store(tmp_path / "quick", finding, cfg, rng)
+    verdict = _notebook_verdict(name)
+    assert verdict.stored < verdict.planned  # the pilots
+    judged = [r for r in verdict.rows if r.status != analysis.PILOT]
+    assert judged and not [r.reason for r in judged if r.reason.startswith("not trained")]
 
 
 def test_the_plan_says_a_stored_replication_trains_nothing(project, monkeypatch):

@@ -93,6 +93,32 @@ def test_cap_batch_shrinks_p_and_n_alike_and_never_exceeds_the_cap():
     assert experiments.cap_batch(small, 16) == small and experiments.cap_batch(small, None) == small
 
 
+def test_an_override_the_profiles_cap_would_shrink_is_refused_not_trained_smaller():
+    """smoke caps a step at 16 episodes by shrinking its grids' P and N; a P or N the caller set
+    would have trained at another size without a word."""
+    with pytest.raises(
+        ValueError,
+        match=r"overrides set train.group_size=8, train.groups=8, but profile 'smoke' caps a step at 16 "
+        r"episodes .* would train 4 groups × 4 instead: lower",
+    ):
+        experiments.variants("01_instability", "smoke", overrides={"train.groups": 8, "train.group_size": 8})
+    _, kept = experiments.variants("01_instability", "smoke", overrides={"train.groups": 2})
+    assert {c.train.groups for c, _ in kept} == {2}
+    _, shrunk = experiments.variants("05_rollout_quality", "smoke")  # its own grid's P x N: shrunk
+    assert max(c.train.groups * c.train.group_size for c, _ in shrunk) <= 16
+
+
+def test_a_notebooks_integer_parameter_is_checked_with_its_name():
+    assert experiments.check_int("seed", 0, 0) == 0
+    for bad in (-1, 1.5, "3", True, None):
+        with pytest.raises(
+            ValueError, match=r"notebook parameter seed=.*: it takes an integer >= 0 \(papermill: -p seed 1\)"
+        ):
+            experiments.check_int("seed", bad, 0)
+    with pytest.raises(ValueError, match=r"reference_states=0: it takes an integer >= 1"):
+        experiments.check_int("reference_states", 0, 1)
+
+
 def test_profile_errors_and_cpu_worker_slots(monkeypatch):
     with pytest.raises(ValueError, match="unknown profile 'fast'; valid profiles: smoke, quick, paper"):
         experiments.load_profile("fast")

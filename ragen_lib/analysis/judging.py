@@ -152,12 +152,12 @@ def _not_trained(missing: list[dict] | None, arms) -> tuple[list[str], bool]:
         return [], False
     frame = pd.DataFrame(missing)
     derived = sorted({col for _, where in arms for col in where if col not in frame})
-    if derived:  # a label the notebook derives from the runs' data (05's `variant`): a missing run
-        # does not carry it, so whether it is one of the arms' cannot be told. Said, not guessed.
+    if derived:  # a label the notebook derived from the runs' data without `experiments.label`: a
+        # missing run does not carry it, so whether it is one of the arms' cannot be told. Said, not
+        # guessed; and counted as judged, lest a judged row whose own runs are all stored read PILOT
+        # because a pilot run elsewhere in the grid is not.
         n = frame["run_id"].nunique()
-        return [f"{n} of the grid's runs, which the arms' selector {derived} cannot tell apart"], bool(
-            frame["judged"].any()
-        )
+        return [f"{n} of the grid's runs, which the arms' selector {derived} cannot tell apart"], True
     out, judged = [], False
     for name, where in arms:
         part = _select(frame, where)
@@ -348,7 +348,8 @@ def judge(
             )
     if claim.bound is not None and claim.score != "slope" and b is not None:
         # A level the metric cannot pass (0 for a length): two arms within the MDE of it both sit
-        # at the metric's floor, where no difference of the MDE's size fits between them.
+        # at the metric's floor, where no difference larger than the MDE fits between them (the
+        # rule of the env's floor above; a clear but smaller difference there is not the claim's).
         if abs(row.a - claim.bound) <= claim.mde and abs(row.b - claim.bound) <= claim.mde:
             return replace(
                 row,

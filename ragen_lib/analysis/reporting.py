@@ -69,6 +69,7 @@ class Verdict:
     measured: dict = field(default_factory=dict)  # extra numbers shown, not judged
     planned: int | None = None  # the grid's runs, and how many of them were stored finished
     stored: int | None = None
+    parameters: dict = field(default_factory=dict)  # the notebook's seeds/overrides, where given
     status: str = ""
     reason: str = ""
 
@@ -82,6 +83,8 @@ class Verdict:
         )
         if self.planned is not None and self.stored != self.planned:
             head += f"\n  runs: {self.stored} of the grid's {self.planned} stored; the rest not trained"
+        if self.parameters:
+            head += f"\n  notebook parameters: {given(self.parameters)}"
         rows = "\n".join(f"  [{r.id}] {r}" for r in self.rows)
         extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
         return "\n".join(x for x in (head, rows, extra) if x)
@@ -92,6 +95,13 @@ class Verdict:
         data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
         files.write_atomic(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
         return out
+
+
+def given(parameters: dict) -> str:
+    """The notebook parameters a verdict ran with, where given (`papermill -p seeds ... -p overrides
+    ...`): the verdict file is one per profile and finding, so whoever reads it learns that it may
+    not be the profile's design."""
+    return "; ".join(f"{k} {json.dumps(v, default=str)}" for k, v in parameters.items())
 
 
 def notebook_run(path: Path) -> tuple[str, float | None]:
@@ -207,6 +217,8 @@ def report(profile: str) -> Path:
         if v.get("planned") is not None and v.get("stored") != v["planned"]:
             made += f"; {v['stored']} of the grid's {v['planned']} runs stored, the rest not trained"
             partial.append(name)
+        if v.get("parameters"):
+            made += f"; notebook parameters: {given(v['parameters'])}"
         lines.append(
             f"| {name} | **headline**: {v['claim']} ({v.get('rule', 'old verdict file')}) | "
             f"{status} | | {reason} | | {made} | {figs} |"
@@ -273,4 +285,13 @@ def decide(
     planned = df.attrs.get("planned")
     stored = None if planned is None else planned - len({m["run_id"] for m in missing})
     finding = df.attrs.get("finding", "?")
-    return Verdict(finding, claim, rows, primary, measured=measured or {}, planned=planned, stored=stored)
+    return Verdict(
+        finding,
+        claim,
+        rows,
+        primary,
+        measured=measured or {},
+        planned=planned,
+        stored=stored,
+        parameters=df.attrs.get("parameters") or {},
+    )
