@@ -970,7 +970,14 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     ]
     v = analysis.Verdict("09_x", "a claim", rows, primary=["late"], measured={"extra": 3})
     assert v.status == analysis.INCONCLUSIVE
+    figures = tmp_path / "smoke" / "figures"
+    figures.mkdir(parents=True)
+    for name in ("09_x_curves", "09_x_old_bar", "09_y_curves"):
+        (figures / f"{name}.png").write_bytes(b"png")
+    v.figures = [str(figures / "09_x_curves.png")]
     out = v.write("smoke", wall_s=12.0)
+    # an earlier run's figure of this notebook that this run did not draw is gone; others stay
+    assert sorted(f.name for f in figures.iterdir()) == ["09_x_curves.png", "09_y_curves.png"]
     assert out == tmp_path / "smoke" / "verdicts" / "09_x.json"
     data = json.loads(out.read_text())
     assert data["status"] == "INCONCLUSIVE" and data["wall_s"] == 12.0 and len(data["rows"]) == 2

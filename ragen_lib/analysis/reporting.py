@@ -90,10 +90,17 @@ class Verdict:
         return "\n".join(x for x in (head, rows, extra) if x)
 
     def write(self, profile: str, wall_s: float | None = None) -> Path:
+        """outputs/<profile>/verdicts/<notebook>.json; then the notebook's figures an earlier run drew
+        and this one did not (03's curves of an env no longer stored, 05's Table 2 bar) are
+        removed, lest they sit beside this verdict as if they were its."""
         out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
         files.write_atomic(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
+        drawn = {Path(f).name for f in self.figures}
+        for stale in (runs.output_root(profile) / "figures").glob(f"{self.notebook}_*.png"):
+            if stale.name not in drawn:
+                stale.unlink(missing_ok=True)
         return out
 
 
