@@ -363,13 +363,15 @@ def run_finding(
     """Train every missing run of the finding's grid (finished ones are reused); return their metrics.
 
     Returns a DataFrame with one row per run × step: metrics, `cfg.*` columns, the variant's
-    labels, and `profile`; `df.attrs` holds profile, finding, root and wall_s.
+    labels, and `profile`; `df.attrs` holds profile, finding, root, wall_s, the runs planned and
+    those `missing`, and the notebook's `parameters` where given.
     """
     import pandas as pd
 
     check_parameters()
     profile = profile or default_profile()
     mode = train_mode()  # a misspelt RAGEN_TRAIN stops here, before anything trains
+    seeds, overrides = parse_seeds(seeds), parse_overrides(overrides)  # papermill's text, once
     finding, pairs = variants(finding, profile, seeds=seeds, overrides=overrides)
     root = Path(root) if root else runs.output_root(profile)
     cfgs = [c for c, _ in pairs]
@@ -390,9 +392,9 @@ def run_finding(
     if absent:
         df = pd.concat([df, pd.DataFrame(absent)], axis=1)
     df["profile"] = profile
-    # what a notebook's parameters changed from the profile's design: its verdict and REPORT.md say
-    # so, since the verdict file is the profile's one per finding whatever was run by hand
-    parameters = {"seeds": parse_seeds(seeds), "overrides": parse_overrides(overrides)}
+    # the notebook's parameters where given: its verdict and REPORT.md name them, since the verdict
+    # file is the profile's one per finding whatever was run by hand
+    parameters = {"seeds": seeds, "overrides": overrides}
     df.attrs.update(
         profile=profile,
         finding=finding,
