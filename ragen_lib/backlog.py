@@ -86,8 +86,11 @@ class Item:
     extrapolated: bool = False
 
     @property
-    def margin(self) -> float:
-        return EXTRAPOLATED_MARGIN if self.extrapolated else MARGIN
+    def needs(self) -> float | None:
+        """The seconds a budget must have left to start it: the estimate times its margin."""
+        if self.seconds is None:
+            return None
+        return self.seconds * (EXTRAPOLATED_MARGIN if self.extrapolated else MARGIN)
 
     def describe(self) -> str:
         return f"{self.finding}/{self.path.name}"
@@ -163,9 +166,6 @@ class Estimator:
             return rate * work(cfg) * cfg.train.steps + setup, other
         steps = experiments.estimate_seconds(cfg, self.bench)
         return (None, True) if steps is None else (steps + setup, True)
-
-    def seconds(self, cfg: config.Config) -> float | None:
-        return self.estimate(cfg)[0]
 
 
 def _study(finding: str, entry: dict | None) -> str:
@@ -244,7 +244,7 @@ def _ordered(items: list[Item]) -> list[Item]:
 def next_run(
     items: list[Item], seconds_left: float, skip: set[str] = frozenset(), *, first: bool = True
 ) -> Item | None:
-    """The first item not in `skip` (run folder names) whose estimate, times its margin (`Item.margin`),
+    """The first item not in `skip` (run folder names) whose estimate, times its margin (`Item.needs`),
     fits `seconds_left`; where no item has an estimate and this is the `first` run of a budget of at
     least SETUP_S × MARGIN, the smallest (fewest steps × `work`: a 30-step pilot before a 150-step
     study run, so a lease that knows nothing spends little to learn its speed); None when nothing
@@ -254,14 +254,14 @@ def next_run(
         if seconds_left < SETUP_S * MARGIN:  # no run loads, warms up and trains in less
             return None
         return min(todo, key=lambda i: i.cfg.train.steps * work(i.cfg))  # the first of equals
-    return next((i for i in todo if i.seconds is not None and i.seconds * i.margin <= seconds_left), None)
+    return next((i for i in todo if i.needs is not None and i.needs <= seconds_left), None)
 
 
 def beyond(items: list[Item], budget_s: float) -> list[Item]:
     """The items whose estimate, with its margin, exceeds the whole of `budget_s`: no lease of that
     length starts them, however many come (a run cut off is lost with the host, checkpoint and
     all), so they need a longer budget or a profile of shorter runs."""
-    return [i for i in items if i.seconds is not None and i.seconds * i.margin > budget_s]
+    return [i for i in items if i.needs is not None and i.needs > budget_s]
 
 
 def format_backlog(items: list[Item], studies: dict[str, tuple[int, int]], profile: str) -> str:

@@ -102,10 +102,10 @@ def test_estimates_scale_the_stored_runs_seconds_by_work_and_add_their_setup(pro
     # twice the episodes a step: twice the seconds a step (Sokoban: no Sokoban run stored either)
     wide = config.from_dict(sokoban.cfg.to_dict(), {"train.groups": 4})
     assert backlog.work(wide) == 2 * backlog.work(sokoban.cfg) == 2 * backlog.work(ppo0.cfg)
-    assert est.seconds(wide) == pytest.approx(4 * 4.0 + 30.0)
+    assert est.estimate(wide)[0] == pytest.approx(4 * 4.0 + 30.0)
     # another GPU measured it: an H200 takes the H100's figure (the same class), a CPU does not
-    assert backlog.Estimator(project, "NVIDIA H200", None).seconds(ppo0.cfg) == pytest.approx(38.0)
-    assert backlog.Estimator(project, "cpu", None).seconds(ppo0.cfg) is None
+    assert backlog.Estimator(project, "NVIDIA H200", None).estimate(ppo0.cfg)[0] == pytest.approx(38.0)
+    assert backlog.Estimator(project, "cpu", None).estimate(ppo0.cfg)[0] is None
     # the GRPO run measured on this GPU takes precedence over the PPO one for GRPO, its step and its
     # setup (A*-PO's holds its stage 1: another algorithm's would hide it)
     finish(grpo0.path, grpo0.cfg, step_s=5.0, setup_s=100.0)
@@ -131,7 +131,7 @@ def test_work_counts_validation_episodes_and_a_rate_is_per_update(project):
     # an online-2 run: 2 logged steps of 6 s for 4 updates, 3 s an update
     online = config.from_dict(cfg.to_dict(), {"train.online_k": 2})
     finish(runs.run_dir(project, "01_a", online), online, step_s=6.0, setup_s=0.0)
-    assert backlog.Estimator(project, H100, None).seconds(cfg) == pytest.approx(4 * 3.0)
+    assert backlog.Estimator(project, H100, None).estimate(cfg)[0] == pytest.approx(4 * 3.0)
 
 
 def test_next_run_passes_over_a_run_too_long_for_what_is_left():
