@@ -114,7 +114,14 @@ STUDIES = [
         for env, shifted in SHIFTS.items()
     ],
     (
-        c("bonus", "WebShop-lite: the consistency bonus raises consistency", "reasoning/consistency", 0.05),
+        c(
+            "bonus",
+            "WebShop-lite: the consistency bonus raises consistency",
+            "reasoning/consistency",
+            0.05,
+            bound=0.0,  # a bonus in [0, 0.2]: two arms that never earn it, or always, tell nothing apart
+            ceiling=0.2,
+        ),
         {"cfg.env.name": "webshop", "cfg.algo.reasoning_lambda": 0.4},
         {"cfg.env.name": "webshop", "cfg.algo.reasoning_lambda": 0.0},
     ),

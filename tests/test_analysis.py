@@ -324,7 +324,8 @@ def test_three_seeds_that_agree_but_spread_widely_are_not_enough():
 def test_a_null_effect_over_three_seeds_is_rarely_reproduced(monkeypatch):
     """The rule's false-positive rate, simulated: 200 studies of 3 seeds per arm with no effect
     (each seed's success rate ~ N(0.5, 0.1), 12 validations on 128 states). A 95% CI above 0 should
-    happen about 2.5% of the time: 7 of 200 here; the bootstrap alone gave 28. Fixed RNG seed."""
+    happen about 2.5% of the time: 6 of 200 here; the bootstrap alone gave 17 (28 when it redrew
+    every replay of the validation states as new episodes). Fixed RNG seed."""
     rng = np.random.default_rng(0)
     full = analysis.bootstrap_ci
     monkeypatch.setattr(analysis.stats, "bootstrap_ci", lambda *a, **k: full(*a, **k, draws=400))  # 5x faster
@@ -496,14 +497,14 @@ def test_tie_at_ceiling_is_inconclusive():
 
 def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     claim = analysis.Claim("late", "a beats b", "val/success", mde=0.1, env="bandit")
-    df = runs_df({"a": 0.55, "b": 0.5})  # Bandit: random play succeeds half the time
+    df = runs_df({"a": 0.55, "b": 0.5}, val_size=512)  # Bandit: random play succeeds half the time
     row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE
     assert (
         row.reason
         == "floor: neither arm (0.55, 0.5) above random play (0.5) on bandit by more than the MDE 0.1"
     )
-    # the same numbers on a task whose floor is 0 are judged: 6400 episodes per arm resolve 0.05
+    # the same numbers on a task whose floor is 0 are judged: 5 seeds' 512 states resolve 0.05
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
 
@@ -903,7 +904,7 @@ def test_one_seed_is_under_powered_even_with_a_large_effect():
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE
     assert row.reason == "under-powered: 1 seed(s) < 3: no seed-to-seed spread to judge against"
-    assert "1 seed(s), a sign test cannot reach p < 0.05" in row.power
+    assert "1 seed(s) compared, a sign test cannot reach p < 0.05" in row.power
 
 
 def test_too_few_validation_episodes_for_the_declared_effect_is_under_powered():
@@ -1157,11 +1158,12 @@ def test_the_auc_score_tells_the_arm_that_rose_earlier_where_the_late_score_sees
     )
     scores = analysis.seed_scores(df[df["arm"] == "b"], auc)
     assert scores["score"].tolist() == pytest.approx([0.31 + 0.01 * k for k in range(5)])
-    assert all(len(p) == 30 for p in scores["points"])  # every point's episodes are redrawn
+    assert all(len(p) == 30 for p in scores["points"])  # weighted, then redrawn over the states
     row = analysis.judge(df, auc, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.3)
     late = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    assert late.effect == pytest.approx(0.0) and late.status == analysis.NOT_REPRODUCED
+    assert late.effect == pytest.approx(0.0) and late.status == analysis.INCONCLUSIVE  # a tie in every seed
+    assert late.reason.startswith("no spread: every seed's difference a − b is exactly 0")
     # a horizon score: arms of different lengths are not compared on it
     short = runs_df({"b": lambda seed, step: 0.1 + 0.01 * seed}, steps=10)
     row = analysis.judge(
@@ -1680,3 +1682,80 @@ def test_where_both_arms_think_each_must_and_two_near_no_reasoning_sit_at_the_fl
     assert row.reason == "floor: both arms (1.5, 1.4) within the MDE 5 of reasoning/length's bound 0"
     with pytest.raises(ValueError, match="bound is for late, auc, peak, median, slope claims"):
         analysis.Claim("x", "x", "reasoning/length", 5.0, score="total", bound=0.0)
+
+
+def test_a_validation_rates_interval_counts_its_replayed_states_once_per_seed():
+    """Every late validation replays the same 128 states: redrawing each replay as new episodes
+    made 3 tightly agreeing seeds 0.06 apart read REPRODUCED, the CI (0.036, 0.083) about
+    √(late points) narrower than the states allow (±0.07). Training rates keep their per-point
+    redraw: each step's rollouts are new episodes."""
+    gap = [0.555, 0.56, 0.565]
+    df = runs_df({"a": lambda seed, step: gap[seed], "b": 0.5}, seeds=(0, 1, 2), steps=150)
+    df = df[df["step"] % 5 == 0].assign(**{"cfg.train.steps": 150})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.ci[0] < 0 and row.ci[1] > LATE.mde, row
+    # 1.96 * sqrt(2 * 0.25 / 128 / 3) = 0.071: the interval's half-width is of that size
+    assert (row.ci[1] - row.ci[0]) / 2 == pytest.approx(0.071, abs=0.015)
+    training = analysis.Claim("t", "a beats b", "rollout/success", mde=0.1)
+    narrow = analysis.judge(df, training, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert narrow.ci[1] - narrow.ci[0] < row.ci[1] - row.ci[0]
+
+
+def test_two_arms_that_score_the_same_rate_in_every_seed_are_a_tie_not_a_decision():
+    same = runs_df({"a": lambda seed, step: 0.4 + 0.05 * seed, "b": lambda seed, step: 0.4 + 0.05 * seed})
+    row = analysis.judge(same, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "no spread: every seed's difference a − b is exactly 0 (late val/success, both arms' mean 0.5)"
+    ), row
+    # one seed apart is a measured difference: judged
+    apart = same.assign(
+        **{"val/success": same["val/success"] + ((same["arm"] == "a") & (same["cfg.train.seed"] == 0)) * 0.01}
+    )
+    assert (
+        analysis.judge(apart, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status
+        == analysis.NOT_REPRODUCED
+    )
+
+
+def test_a_peak_success_on_few_validation_states_is_under_powered():
+    """A peak is one validation: on 8 states, 5 seeds are 40 episodes an arm, too few for an MDE of
+    0.1 (it read REPRODUCED, checked on the seeds alone, where the late score read under-powered)."""
+    pa, pb = [0.75, 0.875, 0.75, 0.875, 0.75], [0.5, 0.5, 0.375, 0.5, 0.5]
+    df = runs_df(
+        {"a": lambda s, t: pa[s] if t == 20 else 0.5, "b": lambda s, t: pb[s] if t == 20 else 0.25},
+        val_size=8,
+    )
+    peak = analysis.Claim("peak", "a beats b", "val/success", mde=0.1, score="peak")
+    row = analysis.judge(df, peak, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == "under-powered: predicted 95% CI half-width 0.219 from 40 episodes per arm > MDE 0.1"
+
+
+def test_the_power_line_counts_the_seeds_the_effect_rests_on():
+    """A lead row resting on 3 seeds (2 never collapsed) printed '5 seed(s), a sign test can reach
+    p < 0.05' beside its own sign test p 0.125."""
+    lead = analysis.Claim(
+        "lead", "std leads", "rollout/success", mde=2, score="lead", indicator="reward/group_std"
+    )
+    drop = {0: 40, 1: 45, 2: 50}
+    df = runs_df({"a": lambda s, t: 0.6 if (s > 2 or t < drop[s]) else 0.0}, steps=100)
+    seed = df["cfg.train.seed"]
+    df["reward/group_std"] = np.where((seed > 2) | (df["step"] < seed.map(drop).fillna(999) - 8), 0.45, 0.0)
+    row = analysis.judge(df, lead, {"arm": "a"}, None, floor_ceiling=None)
+    assert "seeds [3, 4] did not collapse" in row.reason
+    assert row.power == (
+        "power: MDE 2 declared; 3 seed(s) compared (seeds [3, 4] left out), a sign test cannot reach p < 0.05"
+    )
+
+
+def test_a_metric_pinned_at_its_ceiling_in_both_arms_is_inconclusive():
+    bonus = analysis.Claim("bonus", "a earns more", "reasoning/consistency", 0.05, bound=0.0, ceiling=0.2)
+    df = runs_df({"a": 0.0, "b": 0.0})
+    df["reasoning/consistency"] = np.where(df["arm"] == "a", 0.19, 0.2) - 0.001 * df["cfg.train.seed"]
+    row = analysis.judge(df, bonus, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("ceiling: both arms (0.188, 0.198)")
+    df["reasoning/consistency"] = np.random.default_rng(0).uniform(0, 0.004, len(df))  # never earned
+    row = analysis.judge(df, bonus, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: both arms"), row
+    with pytest.raises(ValueError, match="ceiling is for"):
+        analysis.Claim("x", "t", "m", 0.1, score="total", ceiling=1.0)

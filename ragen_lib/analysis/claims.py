@@ -47,7 +47,9 @@ class Claim:
     distance from it over the horizon (`slope_room`), and where that is under the MDE a fall smaller
     than the MDE is no evidence against the claim (INCONCLUSIVE, not NOT REPRODUCED); two arms'
     late, auc, peak or median scores both within the MDE of it sit at the metric's floor
-    (INCONCLUSIVE "floor", as a success score at random play).
+    (INCONCLUSIVE "floor", as a success score at random play). ceiling: a level the metric cannot
+    exceed (the consistency bonus's 0.2): both arms' scores within the MDE of it, INCONCLUSIVE
+    "ceiling".
     above_chance (success claims with an env): each arm scored as its success less its own random
     play (`arm_reference`), so arms whose action budgets differ are compared on what training added:
     05's Table 3 pairs k actions a turn with a 5k budget, and random play alone rises from 0.11 at
@@ -67,6 +69,7 @@ class Claim:
     alpha: float = 0.05
     indicator: str | None = None  # score "lead": the early-warning metric whose drop leads the collapse
     bound: float | None = None
+    ceiling: float | None = None  # a level the metric cannot exceed (0.2: the consistency bonus)
     above_chance: bool = False
 
     def __post_init__(self):
@@ -82,10 +85,12 @@ class Claim:
                 f"claim {self.id!r}: above_chance scores a success metric against its env's random "
                 f"play: set env= and a success metric (got {self.metric!r}, env {self.env!r})"
             )
-        if self.bound is not None and self.score not in BOUND_SCORES:
-            raise ValueError(
-                f"claim {self.id!r}: bound is for {', '.join(BOUND_SCORES)} claims (score {self.score!r})"
-            )
+        for name in ("bound", "ceiling"):
+            if getattr(self, name) is not None and self.score not in BOUND_SCORES:
+                raise ValueError(
+                    f"claim {self.id!r}: {name} is for {', '.join(BOUND_SCORES)} claims "
+                    f"(score {self.score!r})"
+                )
         if self.mechanism is not None and self.mechanism not in MECHANISMS:
             raise ValueError(
                 f"claim {self.id!r}: unknown mechanism {self.mechanism!r}: {' | '.join(MECHANISMS)}"
@@ -153,8 +158,19 @@ def design(row: Row) -> str:
     )
 
 
+def _is_rate_metric(metric: str) -> bool:
+    """A success or format-valid rate: a share of binary episodes."""
+    return "success" in metric or "format_valid" in metric
+
+
 def _is_rate(claim: Claim) -> bool:
-    return claim.score in ("late", "auc") and ("success" in claim.metric or "format_valid" in claim.metric)
+    """A score that averages a rate's points, which the bootstrap redraws over their episodes."""
+    return claim.score in ("late", "auc") and _is_rate_metric(claim.metric)
+
+
+#: Scores that are a level of the metric (an average of points, or one point), so a rate's score
+#: carries its episodes' noise: the power check counts those episodes.
+LEVEL_SCORES = ("late", "auc", "peak", "max", "median")
 
 
 #: Scores that depend on how long a run trained: arms with different horizons are not compared.

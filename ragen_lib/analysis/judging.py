@@ -26,7 +26,8 @@ How a row is decided, in this order (the first that applies wins):
    smaller limit at or under the env's default) past that default on 5% of its turns: 05's Table 3
    arms then played alike).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the metric's
-   `bound` (a claim other than a slope that names one: 06's reasoning length, bound 0), or at
+   `bound` (a claim other than a slope that names one: 06's reasoning length, bound 0) or its
+   `ceiling` (06's consistency bonus, at most 0.2), or at
    most the MDE above the env's random-policy success (floor) or within the MDE of its expert
    success (ceiling), from `baselines.reference_success`: each arm's own, within the action
    budget its runs played under and on their validation states (`arm_reference`; Table 3's arms
@@ -52,14 +53,18 @@ How a row is decided, in this order (the first that applies wins):
    INCONCLUSIVE "no spread" (scores other than collapse and lead): every seed of both arms (of a
    one-arm claim: arm a, and the 0 it is tested against) scored exactly the same value, as a metric
    pinned at a bound does (reasoning length 0 in both arms): the seeds' t interval would be zero
-   wide and call the tie a decision.
+   wide and call the tie a decision. For a rate redrawn over its episodes (whose CI always has
+   width), the same where the arms are paired and every seed's a − b is exactly 0: both arms
+   replay the same states with the same sampling seeds, so they played alike.
 7. The effect: mean over seeds of (a − b) × direction, paired by seed where both arms ran it; its
    95% CI from a two-level bootstrap (seeds with replacement, then each seed's episodes: a success
    rate from n binary episodes is redrawn as Binomial(n, rate) / n, which is exactly resampling
-   those episodes), with a fixed RNG seed, widened to the seeds' Student t interval (paired, else
-   Welch) wherever that is wider: a percentile bootstrap cannot reach beyond the range of 3-5
-   seeds, and alone it reproduced a null effect in 28 of 200 simulated 3-seed studies (nominal
-   2.5%: 5; with the t interval, 7; tests/test_analysis.py, `-k null_effect`). REPRODUCED when the
+   those episodes; a validation rate once a seed, at the mean of its points, since every
+   validation replays the same states), with a fixed RNG seed, widened to the seeds' Student t
+   interval (paired, else Welch) wherever that is wider: a percentile bootstrap cannot reach
+   beyond the range of 3-5 seeds, and alone it reproduced a null effect in 17 of 200 simulated
+   3-seed studies (nominal 2.5%: 5; with the t interval, 6; tests/test_analysis.py, `-k
+   null_effect`). REPRODUCED when the
    CI's low end is above 0 (above −margin for non-inferiority) and, for a sign-test claim, the sign
    test's p < alpha; NOT REPRODUCED when the CI's high end is below the MDE (below −margin for
    non-inferiority: the effect the study could see is excluded); INCONCLUSIVE otherwise, saying
@@ -181,6 +186,10 @@ def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     ]
 
 
+def _seeds(part: pd.DataFrame) -> int:
+    return part["cfg.train.seed"].nunique() if len(part) else 0
+
+
 def _design(A: pd.DataFrame, B: pd.DataFrame, metric: str) -> dict:
     part = pd.concat([A, B])
 
@@ -227,7 +236,7 @@ def judge(
     B = A if b is None else _select(df, b)  # one arm: its score against 0
     d = _design(A, B, claim.metric)
     row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
-    row.power = power_statement(claim, A, B)
+    row.power = power_statement(claim, min(_seeds(A), _seeds(B)))
     pilot = "pilot scale in this profile: figures and numbers, no verdict"
     absent, absent_judged = _not_trained(missing, (("a", a),) if b is None else (("a", a), ("b", b)))
     if absent:
@@ -315,6 +324,11 @@ def judge(
             sa.set_index("seed").loc[shared].reset_index(),
             sb.set_index("seed").loc[shared].reset_index(),
         )
+    # the seeds the effect rests on: censored, never-learned and unscored ones are gone by now
+    left_out = sorted(
+        {int(x) for part, kept in ((A, sa), (B, sb)) for x in set(part["cfg.train.seed"]) - set(kept["seed"])}
+    )
+    row.power = power_statement(claim, min(len(sa), len(sb)), left_out)
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
     row.format_valid = _late_format(A, None if b is None else B, claim.metric)
@@ -346,15 +360,18 @@ def judge(
                 reason=f"ceiling: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} "
                 f"of the expert ({_pair(fa[1], fb[1])}) on {fc_name}",
             )
-    if claim.bound is not None and claim.score != "slope" and b is not None:
-        # A level the metric cannot pass (0 for a length): two arms within the MDE of it both sit
-        # at the metric's floor, where no difference larger than the MDE fits between them (the
-        # rule of the env's floor above; a clear but smaller difference there is not the claim's).
-        if abs(row.a - claim.bound) <= claim.mde and abs(row.b - claim.bound) <= claim.mde:
+    for level, side in ((claim.bound, "floor"), (claim.ceiling, "ceiling")):
+        # A level the metric cannot pass (0 for a length, 0.2 for the consistency bonus): two arms
+        # within the MDE of it both sit at the metric's floor (ceiling), where no difference larger
+        # than the MDE fits between them (the rule of the env's floor above; a clear but smaller
+        # difference there is not the claim's).
+        if level is None or claim.score == "slope" or b is None:
+            continue
+        if abs(row.a - level) <= claim.mde and abs(row.b - level) <= claim.mde:
             return replace(
                 row,
-                reason=f"floor: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} of "
-                f"{claim.metric}'s bound {claim.bound:g}",
+                reason=f"{side}: both arms ({_fmt(row.a)}, {_fmt(row.b)}) within the MDE {claim.mde:g} of "
+                f"{claim.metric}'s {'bound' if side == 'floor' else 'ceiling'} {level:g}",
             )
     if claim.above_chance:
         if fa is None:
@@ -393,6 +410,22 @@ def judge(
             reason=f"no spread: every seed of {who} scored exactly {_fmt(float(scores.iloc[0]))} "
             f"({claim.score} {claim.metric}): the metric sat at one value, so nothing tells the arms "
             f"apart{note}",
+        )
+    if (
+        _is_rate(claim)
+        and paired
+        and b is not None
+        and (sa["score"].to_numpy() == sb["score"].to_numpy()).all()
+    ):
+        # Redrawn over episodes, a rate's CI always has width, and two identical arms read NOT
+        # REPRODUCED. But each seed replays the same states with the same sampling seeds in both
+        # arms: a − b exactly 0 in every seed is two arms that played alike (the manipulation
+        # changed nothing the validation sees), a tie that decides nothing, as the rule above.
+        return replace(
+            row,
+            reason=f"no spread: every seed's difference a − b is exactly 0 ({claim.score} {claim.metric}, "
+            f"both arms' mean {_fmt(row.a)}): the arms played alike on every seed's episodes, a tie that "
+            f"decides nothing{note}",
         )
     if not paired and b is not None:
         note += (

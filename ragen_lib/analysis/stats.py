@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ragen_lib.analysis.claims import Claim, _is_rate
+from ragen_lib.analysis.claims import LEVEL_SCORES, Claim, _is_rate, _is_rate_metric
 
 #: Fixed RNG seed of every bootstrap, so a verdict is a function of the data alone.
 BOOTSTRAP_SEED = 0
@@ -31,20 +31,26 @@ def bootstrap_ci(
     a: pd.DataFrame, b: pd.DataFrame, claim: Claim, *, paired: bool, draws: int = BOOTSTRAP_DRAWS
 ) -> tuple[float, float]:
     """95% CI of mean(a) − mean(b) (× direction): seeds resampled with replacement (pairs kept
-    together when paired), then, for a success rate, each late point's episodes (Binomial(n, p)/n
-    is a resample of n binary episodes with success rate p). Fixed RNG seed (BOOTSTRAP_SEED)."""
+    together when paired), then, for a success rate, each seed's episodes (Binomial(n, p)/n is a
+    resample of n binary episodes with success rate p): a training rate's every point, on episodes
+    of their own; a validation rate's states once, at the seed's (weighted) mean over its points,
+    since every validation replays the same `val_size` states (as `underpowered` counts them:
+    redrawn at every replay, 3 seeds' interval came out about √(late points) too narrow and
+    decided an effect the states cannot resolve). Fixed RNG seed (BOOTSTRAP_SEED)."""
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    rate = _is_rate(claim)
+    rate, replayed = _is_rate(claim), claim.metric.startswith("val/")
 
     def redraw(rows: pd.DataFrame, idx: np.ndarray) -> float:
         vals = []
         for i in idx:
             r = rows.iloc[i]
             if rate and len(r["points"]):
-                p = np.clip(r["points"], 0.0, 1.0)
-                drawn = rng.binomial(int(r["n"]), p) / int(r["n"])
-                # less the arm's random play where the claim scores above chance (0 else)
-                vals.append(float(np.average(drawn, weights=r["weights"])) - float(r.get("offset", 0.0)))
+                n, p = int(r["n"]), np.clip(r["points"], 0.0, 1.0)
+                if replayed:
+                    drawn = rng.binomial(n, float(np.average(p, weights=r["weights"]))) / n
+                else:
+                    drawn = float(np.average(rng.binomial(n, p) / n, weights=r["weights"]))
+                vals.append(drawn - float(r.get("offset", 0.0)))  # less random play (above_chance)
             else:
                 vals.append(float(r["score"]))
         return float(np.mean(vals))
@@ -158,13 +164,15 @@ def underpowered(
         return f"{n_seeds} seed(s) < {MIN_SEEDS}: no seed-to-seed spread to judge against"
     if claim.test == "sign" and 0.5**n_seeds >= claim.alpha:
         return f"a sign test over {n_seeds} seeds cannot reach p < {claim.alpha:g} (min p {0.5**n_seeds:.3g})"
-    if _is_rate(claim) and points is not None and len(points):
+    if claim.score in LEVEL_SCORES and _is_rate_metric(claim.metric) and points is not None and len(points):
         # Each validation replays the same val_size states, so a seed's late validations are n
-        # episodes' worth of states, not n per point: states, not replays, set the CI's floor.
+        # episodes' worth of states, not n per point: states, not replays, set the CI's floor. A
+        # peak is one point: its n episodes (it was checked on the seeds alone, and on 8 states a
+        # clear-looking peak gap read REPRODUCED where the late score read under-powered).
         val = claim.metric.startswith("val/")
 
         def episodes(arm: pd.DataFrame) -> float:
-            return float(sum((1 if val else len(r["points"])) * r["n"] for _, r in arm.iterrows()))
+            return float(sum((1 if val else max(len(r["points"]), 1)) * r["n"] for _, r in arm.iterrows()))
 
         # Each arm's own count: the arm with fewer episodes (8 validation states against 256) sets
         # the width, whichever of the two is arm a.
@@ -177,8 +185,13 @@ def underpowered(
     return None
 
 
-def power_statement(claim: Claim, A: pd.DataFrame, B: pd.DataFrame) -> str:
-    """The design's power for the declared MDE, in words (printed with every row)."""
-    n = min(A["cfg.train.seed"].nunique() if len(A) else 0, B["cfg.train.seed"].nunique() if len(B) else 0)
-    reach = "can" if 0.5**n < claim.alpha else "cannot"
-    return f"power: MDE {claim.mde:g} declared; {n} seed(s), a sign test {reach} reach p < {claim.alpha:g}"
+def power_statement(claim: Claim, n_seeds: int, left_out: list[int] | None = None) -> str:
+    """The power for the declared MDE of `n_seeds` compared seeds, in words (printed with every
+    row); `left_out`: the design's seeds that were not compared (censored, never learned, unscored),
+    so the line never counts seeds that the effect does not rest on."""
+    reach = "can" if 0.5**n_seeds < claim.alpha else "cannot"
+    dropped = f" (seeds {left_out} left out)" if left_out else ""
+    return (
+        f"power: MDE {claim.mde:g} declared; {n_seeds} seed(s) compared{dropped}, a sign test {reach} "
+        f"reach p < {claim.alpha:g}"
+    )
