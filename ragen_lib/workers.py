@@ -194,17 +194,25 @@ def drop_stale_checkpoint(run: runs.Run) -> None:
 
 def _release(error: BaseException) -> BaseException:
     """`error` without its tracebacks (printed already), so the failed run's frames, and the model
-    and optimizer they hold, are freed before the next run of the grid starts."""
+    and optimizer they hold, can be freed before the next run of the grid starts (`_free_memory`)."""
     e, seen = error, set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         e.__traceback__ = None
         e = e.__cause__ or e.__context__
+    return error
+
+
+def _free_memory() -> None:
+    """Free what the last run held before the next one starts. A process's first `models.load`
+    leaves a reference cycle (a traceback from transformers' lazy import) that keeps the caller's
+    frame, `trainer.train`'s, alive with its model, optimizer states and decoder pool until the
+    cyclic collector happens to run: on a GPU the next run's peak memory (07's memory/peak_gb)
+    would count them."""
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return error
 
 
 class GridInterrupted(KeyboardInterrupt):
@@ -468,6 +476,7 @@ def _pool_train(train_fn, cfg: config.Config, path: str) -> None:
 def _train_one(train_fn, cfg: config.Config, path: str) -> None:
     """Train one run holding its lock (a second process on the same run is refused). A failure's
     traceback is printed here, where it happens: a worker hands the grid only the exception."""
+    _free_memory()  # the last run's, in this process (a failed one's once `_release` cut its traceback)
     try:
         with runs.Run(Path(path), cfg) as run:
             if run.done and reuse_finished(run):  # finished by another process since the grid looked

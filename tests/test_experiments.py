@@ -149,6 +149,35 @@ def test_run_grid_reuses_finished_runs_and_load_reads_them(tmp_path):
     assert empty.empty and {"run_id", "finding", "done", "step"} <= set(empty.columns)
 
 
+def test_a_grid_frees_what_the_last_run_left_in_a_reference_cycle_before_the_next_starts(tmp_path):
+    """A process's first models.load leaves a cycle that keeps trainer.train's frame (model,
+    optimizer states, decoder pool) alive until the cyclic collector runs: on a GPU the next run's
+    peak memory counted them. The collector is off here, as it may happen to be for a whole run."""
+    import gc
+
+    class Held:  # stands for the first run's model, held by a cycle
+        pass
+
+    left, seen_alive = [], []
+
+    def fake_train(cfg, run):
+        seen_alive.append([r() is not None for r in left])
+        held = Held()
+        held.cycle = held
+        left.append(weakref.ref(held))
+        run.log(0, {"rollout/success": 0.0})
+        run.mark_done()
+
+    cfgs = [config.from_dict(c.to_dict(), {"train.steps": 1}) for c in seeds(0, 1)]
+    gc.collect()
+    gc.disable()
+    try:
+        experiments.run_grid(tmp_path, "f", cfgs, fake_train, progress=False)
+    finally:
+        gc.enable()
+    assert seen_alive == [[], [False]]
+
+
 def test_a_config_another_finding_finished_is_copied_not_trained_again(tmp_path, capsys):
     """01, 03 and 04 train the same Bandit StarPO-PPO runs (a quarter of the quick profile's steps):
     a finished, consistent run of the same config under another finding is copied, with its origin."""
