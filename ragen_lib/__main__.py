@@ -344,9 +344,13 @@ def _backlog(args) -> int:
     trains those expected to finish within SECONDS (a GPU lease: `ragen_lib.backlog`)."""
     from ragen_lib import backlog
 
+    if args.no_checkpoints and args.train is None:
+        raise ConfigError("--no-checkpoints is for --train SECONDS (listing the backlog writes nothing)")
     try:  # an unknown profile, a grid file's typo (raised before any run trains): the fix is named
         if args.train is not None:
-            done = backlog.train(args.profile, args.train, root=args.root)
+            done = backlog.train(
+                args.profile, args.train, root=args.root, checkpoints=not args.no_checkpoints
+            )
             print(f"[backlog] trained {len(done['trained'])} run(s): {', '.join(done['trained']) or 'none'}")
             if done["failed"]:
                 print(f"[backlog] failed (passed over): {', '.join(done['failed'])}")
@@ -583,6 +587,12 @@ def main(argv: list[str] | None = None) -> int:
         help="train the backlog's runs in order, one at a time, each only where it is expected to "
         "finish within SECONDS of the start (a run the end of a lease cuts off is lost with the host); "
         "where nothing was measured yet, the smallest run first, if SECONDS covers at least a run's setup",
+    )
+    blog.add_argument(
+        "--no-checkpoints",
+        action="store_true",
+        help="with --train: write no checkpoints (a GPU lease: none comes back from the host, and in "
+        "quick each is 3.8 GB of writing that no estimate counts); a crash then restarts a run from step 0",
     )
     rep = sub.add_parser("report", help="outputs/<profile>/REPORT.md from the verdicts and runs there")
     rep.add_argument("profile", help="smoke | quick | paper")

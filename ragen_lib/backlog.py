@@ -35,12 +35,14 @@ the runs chosen the same way logged (`time/setup`: load, warm-up, A*-PO's stage 
 None (unknown) when nothing was measured: then the budget's first run is the backlog's smallest,
 which measures the rest, where the budget holds at least SETUP_S × MARGIN; after that, a run with no
 estimate is not started. Not counted: checkpoint writes (every train.checkpoint_every steps, outside
-`time/step`), which the margin has to cover.
+`time/step`: 3.8 GB each in quick), which the margin has to cover; `--no-checkpoints` (what
+`scripts/gpu_evidence.sh` passes) writes none, on a host whose checkpoints never come back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -295,13 +297,18 @@ def format_backlog(items: list[Item], studies: dict[str, tuple[int, int]], profi
     return "\n".join(lines)
 
 
-def train(profile: str, budget_s: float, root=None, *, progress: bool = True) -> dict:
+def train(
+    profile: str, budget_s: float, root=None, *, progress: bool = True, checkpoints: bool = True
+) -> dict:
     """Train the backlog's runs in order, one at a time, each only where its estimate fits what is
     left of `budget_s` (re-estimated after every run, from the runs it finished). A run that fails
-    is named and passed over. Returns {"trained": [...], "failed": [...], "left": [...]} (run folder
-    paths relative to the store, what was left with its estimate, and `beyond`'s runs: too long for
-    any budget of `budget_s`)."""
+    is named and passed over. `checkpoints=False`: the runs write none (`trainer.train`), on a host
+    that keeps nothing: a run the lease cuts off is lost either way. Returns {"trained": [...],
+    "failed": [...], "left": [...]} (run folder paths relative to the store, what was left with its
+    estimate, and `beyond`'s runs: too long for any budget of `budget_s`)."""
     from ragen_lib.workers import run_grid, train_quietly
+
+    train_fn = functools.partial(train_quietly, checkpoints=checkpoints)
 
     root = Path(root) if root else runs.output_root(profile)
     t0 = time.monotonic()
@@ -315,7 +322,7 @@ def train(profile: str, budget_s: float, root=None, *, progress: bool = True) ->
         est = f"{item.seconds:.0f} s" if item.seconds is not None else "unknown: nothing measured here yet"
         print(f"[backlog] {left:.0f} s left: training {item.describe()} (estimated {est})", flush=True)
         try:
-            run_grid(root, item.finding, [item.cfg], train_quietly, progress=progress)
+            run_grid(root, item.finding, [item.cfg], train_fn, progress=progress)
         except RuntimeError as e:  # run_grid printed the traceback; the lease goes on with the next run
             print(f"[backlog] {item.describe()} failed: {e}", flush=True)
         # Not stored after its grid (failed, or stopped without a DONE): passed over from now on,

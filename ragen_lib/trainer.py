@@ -39,8 +39,11 @@ VAL_CHUNK = 0
 instead of one per chunk, one after another). A host short of memory may set a chunk size."""
 
 
-def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
+def train(cfg: Config, run=None, *, progress: bool = True, checkpoints: bool = True) -> list[dict]:
     """Train per `cfg`; log to `run` (a `runs.Run`) when given and resume from its checkpoint.
+    `checkpoints=False` writes none (a GPU lease's backlog: no checkpoint comes back from the host
+    and none is resumed there, and quick's are 3.8 GB each, outside `time/step`); the training is
+    the same, only a crash then restarts the run from step 0.
 
     Under `accelerate launch` / `torchrun` (data parallel) only rank 0 uses `run`; the others may
     pass None. Returns the metric rows of the steps run in this call (the same on every rank).
@@ -255,7 +258,8 @@ def train(cfg: Config, run=None, *, progress: bool = True) -> list[dict]:
                 run.log_samples(
                     step, [_sample(full, i, cfg) for i in range(min(t.samples_per_step, len(full)))]
                 )
-            if t.crosses(step, step + n_updates, t.checkpoint_every) and step != last:  # last: DONE follows
+            due = checkpoints and t.crosses(step, step + n_updates, t.checkpoint_every)
+            if due and step != last:  # last: DONE follows
                 run.save_checkpoint(
                     step,
                     {

@@ -41,11 +41,11 @@ def worker_slots(runs_per_device: int) -> list[dict]:
     return [{"OMP_NUM_THREADS": str(threads)} for _ in range(runs_per_device)]
 
 
-def train_quietly(cfg: config.Config, run) -> None:
+def train_quietly(cfg: config.Config, run, *, checkpoints: bool = True) -> None:
     """The grid's unit of work (module level, so a spawned worker can import it)."""
     from ragen_lib import trainer
 
-    trainer.train(cfg, run, progress=False)
+    trainer.train(cfg, run, progress=False, checkpoints=checkpoints)
 
 
 def run_grid(

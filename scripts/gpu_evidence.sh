@@ -49,6 +49,9 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=
 export RAGEN_COMMIT=${RAGEN_COMMIT:-unknown}
 
 elapsed() { echo $(($(date +%s) - t0)); }
+# A phase runs only with more than 30 s to run in: `timeout 0` means no limit at all, and a
+# negative cap is refused by timeout (exit 125) or by the command's own argument check.
+room() { [ "$1" -gt 30 ]; }
 left() { echo $((budget - $(elapsed))); }
 say() { echo "[evidence $(elapsed) s] $*" | tee -a "$ev/phases.log"; }
 
@@ -103,9 +106,13 @@ fi
 reserve=${RESERVE_S:-120} # kept for the bench and the archive
 if [ "$CHECK_S" -gt 0 ]; then
   cap=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
-  timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
-  say "gpu-check: exit $? (cap $cap s)"
-  tail -15 "$ev/gpu-check.log"
+  if room $cap; then
+    timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
+    say "gpu-check: exit $? (cap $cap s)"
+    tail -15 "$ev/gpu-check.log"
+  else
+    say "gpu-check: skipped, $cap s to run in"
+  fi
 else
   say "gpu-check: skipped (CHECK_S=0)"
 fi
@@ -128,26 +135,36 @@ fi
 # 3a. the backlog: whole runs, each started only where its estimate fits what is left of BACKLOG_S
 if [ -n "${BACKLOG_S:-}" ]; then
   cap=$((BACKLOG_S < $(left) - 60 ? BACKLOG_S : $(left) - 60))
-  # --train gets 20 s less than the cap: a run estimated to fit that is late still ends by INT
-  timeout -s INT -k 20 $cap "$py" -m ragen_lib backlog "$PROFILE" --train $((cap - 20)) >"$ev/backlog.log" 2>&1
-  say "backlog: exit $? (cap $cap s)"
-  grep "^\[backlog\]" "$ev/backlog.log"
+  if room $cap; then
+    # --train gets 20 s less than the cap: a run estimated to fit that is late still ends by INT.
+    # No checkpoints: none comes back from this host, and quick's are 3.8 GB of writing each.
+    timeout -s INT -k 20 $cap "$py" -m ragen_lib backlog "$PROFILE" --train $((cap - 20)) --no-checkpoints \
+      >"$ev/backlog.log" 2>&1
+    say "backlog: exit $? (cap $cap s)"
+    grep "^\[backlog\]" "$ev/backlog.log"
+  else
+    say "backlog: skipped, $cap s to run in"
+  fi
 fi
 
 # 3b. a few steps of one run's config, alone, per setting (and what STEPS_ARGS asks: --pool, --profile)
 if [ -n "${STEPS_CONFIG:-}" ]; then
   steps_s=${STEPS_S:-150}
   cap=$((steps_s + 30 < $(left) - 60 ? steps_s + 30 : $(left) - 60))
-  # shellcheck disable=SC2086 # STEPS_ARGS is a list of options
-  timeout -k 10 $cap "$py" scripts/step_profile.py "$STEPS_CONFIG" "$ev/steps" --budget "$steps_s" \
-    ${STEPS_ARGS:-} >"$ev/steps.log" 2>&1
-  say "steps: exit $? (cap $cap s)"
-  grep "^\[steps\]" "$ev/steps.log"
+  if room $cap; then
+    # shellcheck disable=SC2086 # STEPS_ARGS is a list of options
+    timeout -k 10 $cap "$py" scripts/step_profile.py "$STEPS_CONFIG" "$ev/steps" --budget "$steps_s" \
+      ${STEPS_ARGS:-} >"$ev/steps.log" 2>&1
+    say "steps: exit $? (cap $cap s)"
+    grep "^\[steps\]" "$ev/steps.log"
+  else
+    say "steps: skipped, $cap s to run in"
+  fi
 fi
 
 # 4. bench, alone on the GPU
 cap=$(($(left) - 45))
-if [ $cap -gt 30 ] && [ "$BENCH_ONLY" != none ]; then
+if room $cap && [ "$BENCH_ONLY" != none ]; then
   timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" --out "$BENCH_OUT" \
     ${BENCH_QUICK:+--quick} >"$ev/bench.log" 2>&1
   say "bench: exit $? (cap $cap s)"

@@ -176,6 +176,7 @@ def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over
 
     def fake_grid(root, finding, cfgs, train_fn=None, **_):
         [cfg] = cfgs
+        assert train_fn.keywords == {"checkpoints": True}
         calls.append((cfg.algo.name, cfg.train.seed))
         if (cfg.algo.name, cfg.train.seed) == ("starpo-ppo", 2):
             raise RuntimeError("1 of 1 runs failed")
@@ -190,6 +191,11 @@ def test_train_measures_its_first_run_then_starts_only_what_fits_and_passes_over
     assert out["beyond"] == []  # each run left fits 390 s
     printed = capsys.readouterr().out
     assert "estimated unknown: nothing measured here yet" in printed and "(estimated 90 s)" in printed
+    # a lease's runs (--no-checkpoints) reach the trainer without checkpoints
+    seen = []
+    monkeypatch.setattr(workers, "run_grid", lambda root, finding, cfgs, train_fn, **_: seen.append(train_fn))
+    backlog.train("p", 390, project, checkpoints=False)
+    assert seen and seen[0].func is workers.train_quietly and seen[0].keywords == {"checkpoints": False}
 
 
 def test_a_grid_told_not_to_train_reuses_what_is_stored_and_trains_nothing(tmp_path, capsys):

@@ -341,6 +341,25 @@ def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path):
     print(f"a finished 2-step tiny-random run leaves {left} bytes")
 
 
+def test_a_run_trained_without_checkpoints_writes_none_and_trains_the_same(tmp_path, monkeypatch):
+    """A GPU lease's backlog (`--no-checkpoints`): quick's checkpoints are 3.8 GB each, never come
+    back from the host and are never resumed there; leaving them out changes no number."""
+    cfg = tiny(**{"train.checkpoint_every": 1, "train.steps": 3})
+    saved = []
+    real = runs.Run.save_checkpoint
+    monkeypatch.setattr(
+        runs.Run, "save_checkpoint", lambda self, step, state: saved.append(step) or real(self, step, state)
+    )
+    with_ckpt = trainer.train(cfg, runs.Run(runs.run_dir(tmp_path / "a", "t", cfg), cfg), progress=False)
+    assert saved == [0, 1]
+    without = trainer.train(
+        cfg, runs.Run(runs.run_dir(tmp_path / "b", "t", cfg), cfg), progress=False, checkpoints=False
+    )
+    assert saved == [0, 1]  # none more
+    same = ("rollout/success", "loss/policy", "policy/grad_norm", "policy/entropy")
+    assert [[r[k] for k in same] for r in without] == [[r[k] for k in same] for r in with_ckpt]
+
+
 def test_keep_final_weights_keeps_weights_only(tmp_path):
     cfg = tiny(**{"train.keep_final_weights": True})
     run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
