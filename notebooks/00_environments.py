@@ -25,7 +25,7 @@
 # is listed in `docs/FIDELITY.md`.
 
 # %% tags=["parameters"]
-profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
+profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
 seed = 0
 reference_states = 256  # validation states the floor and ceiling are computed on
 

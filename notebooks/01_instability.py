@@ -21,9 +21,9 @@
 # stable one.
 
 # %% tags=["parameters"]
-profile = None
-seeds = None
-overrides = {}
+profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
+seeds = None  # None: the profile's seeds
+overrides = {}  # dotted config overrides applied to every run
 
 # %% [markdown]
 # ## Criterion, fixed before any result

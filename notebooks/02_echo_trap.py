@@ -23,7 +23,7 @@
 # PPO's: the reward std drops at step 40, success collapses at 90 (a lead of about 50 steps).
 
 # %% tags=["parameters"]
-profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
+profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
 seeds = None  # None: the profile's seeds
 overrides = {}  # dotted config overrides applied to every run
 

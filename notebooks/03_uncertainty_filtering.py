@@ -22,7 +22,7 @@
 # the 25% with the *lowest* std, and a random 25%, so that "fewer groups" alone cannot explain it.
 
 # %% tags=["parameters"]
-profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
+profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
 seeds = None  # None: the profile's seeds
 overrides = {}  # dotted config overrides applied to every run
 

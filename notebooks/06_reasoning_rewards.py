@@ -25,7 +25,7 @@
 # (λ = 0.4) to keep reasoning tied to the actions; it should raise the consistency it rewards.
 
 # %% tags=["parameters"]
-profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
+profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
 seeds = None  # None: the profile's seeds
 overrides = {}  # dotted config overrides applied to every run
 

@@ -23,7 +23,7 @@
 # spending stage-1 samples on high-variance states; both variants run here on Sokoban.
 
 # %% tags=["parameters"]
-profile = None  # smoke | quick | paper; None: quick with CUDA, else smoke
+profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
 seeds = None  # None: the profile's seeds
 overrides = {}  # dotted config overrides applied to every run
 

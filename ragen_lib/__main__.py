@@ -331,8 +331,10 @@ def _plan(args) -> int:
     if p["need_bytes"] > p["free_bytes"] and not args.no_check:
         print(
             f"error: the plan needs {p['need_bytes'] / 1e9:.1f} GB on the disk of {p['root']}, which has "
-            f"{p['free_bytes'] / 1e9:.1f} GB free. Free space there, point RAGEN_OUTPUTS at a larger disk, "
-            "or run a smaller profile (PROFILE=smoke); --no-check skips this check.",
+            f"{p['free_bytes'] / 1e9:.1f} GB free. Free space there, point "
+            f"{'--root' if args.root else 'RAGEN_OUTPUTS'} at a larger disk"
+            + (", or run a smaller profile (PROFILE=smoke)" if args.profile != "smoke" else "")
+            + "; --no-check skips this check.",
             file=sys.stderr,
         )
         return 3

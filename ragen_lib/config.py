@@ -1047,8 +1047,13 @@ def _wrong_kind(value, default) -> str | None:
 
 def did_you_mean(name, choices, prefix: str = "") -> str:
     """' (did you mean <prefix><closest>?)', or '' when no choice is close: the hint every unknown
-    name gets (env, config key, notebook parameter)."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    name gets (env, config key, notebook parameter). The same name in other case, or the one choice
+    it ends (ppo → starpo-ppo, the paper's name without StarPO's), before the closest spelling
+    (difflib offered apo, another algorithm, for ppo)."""
+    names, want = [str(c) for c in choices], str(name).lower()
+    same = [c for c in names if c.lower() == want]
+    ends = [c for c in names if want and c.lower().endswith(("-" + want, "_" + want, "." + want))]
+    close = same or (ends if len(ends) == 1 else difflib.get_close_matches(str(name), names, n=1))
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 

@@ -260,6 +260,16 @@ def judged_variants(
         )
     prof = load_profile(profile)
     grid = spec.get("grid") or [{}]
+    if isinstance(grid, dict):  # one value, not a list: iterated as letters ('sokoban' → 's', 'o', …)
+        single = {k: v for k, v in grid.items() if not isinstance(v, list)}
+        if single:
+            k, v = next(iter(single.items()))
+            raise ValueError(
+                f"{path}: grid key(s) {', '.join(single)} take a list of values (e.g. {k}: [{v}]); "
+                "a value every run shares belongs under base"
+            )
+    elif not isinstance(grid, list):
+        raise ValueError(f"{path}: grid is a mapping {{key: [values]}} or a list of variants, not {grid!r}")
     variants_ = points(grid) + list(spec.get("extra") or [])
     varied = {k for point in variants_ for k in point if "." in k} | {"train.seed"}
     field = lambda key: ".".join(key.split(".")[:2])  # noqa: E731  (env.kwargs.x is part of env.kwargs)
@@ -315,7 +325,11 @@ def judged_variants(
                     f"{capped['train.groups']} groups × {capped['train.group_size']} instead: lower "
                     "train.groups × train.group_size to the cap, or use a profile without one (quick, paper)"
                 )
-            out.append((config.from_dict({}, capped), labels, entry if labels["judged"] else None))
+            try:
+                cfg = config.from_dict({}, capped)
+            except ValueError as e:  # a typo in the grid file or the overrides: name the file too
+                raise ValueError(f"{path}, grid point {dotted or labels}: {e}") from None
+            out.append((cfg, labels, entry if labels["judged"] else None))
     if prof["judged"] != "all":
         for entry in prof["judged"]:
             if entry["finding"] == path.stem and id(entry) not in matched:

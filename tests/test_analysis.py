@@ -1759,3 +1759,11 @@ def test_a_metric_pinned_at_its_ceiling_in_both_arms_is_inconclusive():
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: both arms"), row
     with pytest.raises(ValueError, match="ceiling is for"):
         analysis.Claim("x", "t", "m", 0.1, score="total", ceiling=1.0)
+
+
+def test_a_lead_criterion_names_its_indicator():
+    """02's three leads per arm (reward std, entropy, sampled-token entropy) printed the same text."""
+    lead = analysis.Claim("x", "t", "rollout/success", mde=2, score="lead", indicator="policy/entropy")
+    assert lead.criterion().startswith(
+        "x: lead of policy/entropy's drop before the collapse of rollout/success: a > b"
+    )

@@ -156,6 +156,9 @@ def test_a_preset_resolves_wherever_the_config_is_built():
         # a spelling of a choice names it (it listed them all, the closest among them unmarked)
         ({"train.loss_agg": "token_mean"}, r"'token_mean' is not valid \(did you mean token-mean\?\)"),
         ({"algo.name": "starpo_s"}, r"algo.name='starpo_s' is not valid \(did you mean starpo-s\?\); choose"),
+        # the paper's name without StarPO's: the choice it ends, not the closest spelling (apo)
+        ({"algo.name": "ppo"}, r"algo.name='ppo' is not valid \(did you mean starpo-ppo\?\)"),
+        ({"algo.name": "STARPO-GRPO"}, r"\(did you mean starpo-grpo\?\)"),
         # a KL reward only gae reads: with grpo or apo the penalty acted nowhere, yet kl_ref was logged
         ({"algo.name": "starpo-grpo", "algo.kl_in_reward": True}, "only gae reads a per-token KL reward"),
         ({"algo.name": "apo", "algo.kl_coef": 0.01}, "Set algo.kl_in_reward=false .* or algo.kl_coef=0"),

@@ -57,6 +57,27 @@ def test_every_finding_name_is_its_file_notebook_and_grid(tmp_path):
         experiments.variants("01_instabilty", "smoke")
 
 
+def test_a_grid_value_not_in_a_list_and_a_grid_typo_name_the_grid_file(tmp_path):
+    """`grid: {env.name: sokoban}` was iterated as letters ("unknown env 's'"), a number raised
+    "'float' object is not iterable"; a misspelt key's error did not say which file held it."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("grid: {env.name: sokoban, train.steps: [3]}\n")
+    with pytest.raises(
+        ValueError,
+        match=r"g.yaml: grid key\(s\) env.name take a list of values \(e.g. env.name: \[sokoban\]\)",
+    ):
+        experiments.variants(grid, "smoke")
+    grid.write_text("grid: {algo.filter_kep: [0.5]}\n")
+    with pytest.raises(
+        ValueError,
+        match=r"g.yaml, grid point \{'algo.filter_kep': 0.5\}: unknown .*did you mean algo.filter_keep",
+    ):
+        experiments.variants(grid, "smoke")
+    grid.write_text("grid: 3\n")
+    with pytest.raises(ValueError, match="grid is a mapping"):
+        experiments.variants(grid, "smoke")
+
+
 def test_grid_order_defaults_base_profile_variant_and_labels(tmp_path):
     grid = tmp_path / "g.yaml"
     grid.write_text(
@@ -692,7 +713,13 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
         experiments.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1e12, 1e12, 1000)
     )
     assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "03_uncertainty_filtering"]) == 3
-    assert "error: the plan needs" in capsys.readouterr().err
+    full = capsys.readouterr().err  # smoke is the smallest profile already; --root was given
+    assert "error: the plan needs" in full and "point --root at a larger disk; --no-check" in full
+    assert main(["plan", "quick", "--finding", "03_uncertainty_filtering"]) == 3
+    assert (
+        "point RAGEN_OUTPUTS at a larger disk, or run a smaller profile (PROFILE=smoke)"
+        in capsys.readouterr().err
+    )
     # a typo is one line that names the fix, not a traceback
     assert main(["plan", "quik", "--root", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "error: unknown profile 'quik'; valid profiles: smoke, quick, paper\n"

@@ -103,7 +103,11 @@ class Claim:
             rule = f"a {sign}= b − {self.margin:g} (non-inferiority margin)"
         else:
             rule = f"a {sign} b, minimum detectable effect {self.mde:g}"
-        return f"{self.id}: {self.score} {self.metric}: {rule}; test {self.test}, alpha {self.alpha:g}"
+        # a lead is measured from the indicator's drop: without it, 02's three leads read alike
+        score = (
+            f"lead of {self.indicator}'s drop before the collapse of" if self.score == "lead" else self.score
+        )
+        return f"{self.id}: {score} {self.metric}: {rule}; test {self.test}, alpha {self.alpha:g}"
 
 
 @dataclass
