@@ -1052,8 +1052,10 @@ def did_you_mean(name, choices, prefix: str = "") -> str:
     (difflib offered apo, another algorithm, for ppo)."""
     names, want = [str(c) for c in choices], str(name).lower()
     same = [c for c in names if c.lower() == want]
-    ends = [c for c in names if want and c.lower().endswith(("-" + want, "_" + want, "." + want))]
-    close = same or (ends if len(ends) == 1 else difflib.get_close_matches(str(name), names, n=1))
+    near = difflib.get_close_matches(str(name), names, n=1, cutoff=0.8)  # train.step → train.steps
+    # not "_": train.step would end train.samples_per_step, algo.lambda algo.reasoning_lambda
+    ends = [c for c in names if want and c.lower().endswith(("-" + want, "." + want))]
+    close = same or near or (ends if len(ends) == 1 else difflib.get_close_matches(str(name), names, n=1))
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 

@@ -327,8 +327,12 @@ def judged_variants(
                 )
             try:
                 cfg = config.from_dict({}, capped)
-            except ValueError as e:  # a typo in the grid file or the overrides: name the file too
-                raise ValueError(f"{path}, grid point {dotted or labels}: {e}") from None
+            except ValueError as e:  # a typo in the grid file, the profile or the overrides: name them
+                given = f", or the overrides given ({', '.join(sorted(overrides))})" if overrides else ""
+                raise ValueError(
+                    f"{e} (from {path}'s base or grid point {dotted or labels}, params/profiles.yaml's "
+                    f"{profile}{given})"
+                ) from None
             out.append((cfg, labels, entry if labels["judged"] else None))
     if prof["judged"] != "all":
         for entry in prof["judged"]:

@@ -1767,3 +1767,18 @@ def test_a_lead_criterion_names_its_indicator():
     assert lead.criterion().startswith(
         "x: lead of policy/entropy's drop before the collapse of rollout/success: a > b"
     )
+
+
+def test_a_rate_tied_in_every_seed_is_what_a_non_inferiority_claim_claims():
+    """The tie rule is for superiority: identical arms are non-inferior (a slightly better arm a
+    read REPRODUCED while the tie read INCONCLUSIVE, a weaker verdict from better evidence)."""
+    ni = analysis.Claim("ni", "a no worse", "val/success", mde=0.1, kind="noninferiority", margin=0.1)
+    same = runs_df({"a": lambda seed, step: 0.4 + 0.05 * seed, "b": lambda seed, step: 0.4 + 0.05 * seed})
+    row = analysis.judge(same, ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED, row
+    with pytest.raises(ValueError, match="ceiling is for late, auc, peak, median claims"):
+        analysis.Claim("x", "t", "m", 0.1, score="slope", ceiling=1.0)
+    early = analysis.judge(same.iloc[:0].assign(arm=[]), ni, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert early.reason.startswith("no data") and early.power.endswith(
+        "0 seed(s), a sign test cannot reach p < 0.05"
+    )

@@ -38,6 +38,9 @@ def test_dotted_overrides_parse_yaml_scalars():
     [
         ({"algo": {"clip_hihg": 0.3}}, ["algo.clip_hihg", "did you mean algo.clip_high", "algo.clip_low"]),
         ({"trian": {}}, ["trian", "did you mean train", "rollout"]),
+        # the closest spelling before a field the name ends (train.samples_per_step, reasoning_lambda)
+        ({"train": {"step": 5}}, ["did you mean train.steps?"]),
+        ({"algo": {"lambda": 0.9}}, ["did you mean algo.lam?"]),
         ({"algo": {"name": "ppo2"}}, ["ppo2", "starpo-s", "apo"]),
         ({"algo": {"name": "starpo-grpo", "advantage": "gae"}}, ["critic"]),
         ({"train": {"warmup": "sft"}}, ["none", "self", "expert"]),

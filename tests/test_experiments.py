@@ -70,7 +70,8 @@ def test_a_grid_value_not_in_a_list_and_a_grid_typo_name_the_grid_file(tmp_path)
     grid.write_text("grid: {algo.filter_kep: [0.5]}\n")
     with pytest.raises(
         ValueError,
-        match=r"g.yaml, grid point \{'algo.filter_kep': 0.5\}: unknown .*did you mean algo.filter_keep",
+        match=r"did you mean algo.filter_keep.*\(from .*g.yaml's base or grid point "
+        r"\{'algo.filter_kep': 0.5\}, params/profiles.yaml's smoke\)",
     ):
         experiments.variants(grid, "smoke")
     grid.write_text("grid: 3\n")

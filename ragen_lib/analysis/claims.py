@@ -85,11 +85,11 @@ class Claim:
                 f"claim {self.id!r}: above_chance scores a success metric against its env's random "
                 f"play: set env= and a success metric (got {self.metric!r}, env {self.env!r})"
             )
-        for name in ("bound", "ceiling"):
-            if getattr(self, name) is not None and self.score not in BOUND_SCORES:
+        for name in ("bound", "ceiling"):  # a slope is judged against `bound` only (`slope_room`)
+            scores = BOUND_SCORES if name == "bound" else tuple(s for s in BOUND_SCORES if s != "slope")
+            if getattr(self, name) is not None and self.score not in scores:
                 raise ValueError(
-                    f"claim {self.id!r}: {name} is for {', '.join(BOUND_SCORES)} claims "
-                    f"(score {self.score!r})"
+                    f"claim {self.id!r}: {name} is for {', '.join(scores)} claims (score {self.score!r})"
                 )
         if self.mechanism is not None and self.mechanism not in MECHANISMS:
             raise ValueError(

@@ -46,7 +46,8 @@ How a row is decided, in this order (the first that applies wins):
    a censored run only widens the CI (to ±inf where "never" is the least favourable value) and no
    decision rests on an assumed collapse step.
 6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
-   0.5^n >= alpha; or, for success rates, a predicted 95% CI half-width from episode sampling alone
+   0.5^n >= alpha; or, for a success or format-valid rate's level score (late, auc, peak, max,
+   median), a predicted 95% CI half-width from episode sampling alone
    (p = 0.5) wider than the MDE (validation states counted once a seed, however often the late
    validations replay them; each arm its own count, so the arm with fewer episodes sets the width
    whichever is arm a).
@@ -54,8 +55,9 @@ How a row is decided, in this order (the first that applies wins):
    one-arm claim: arm a, and the 0 it is tested against) scored exactly the same value, as a metric
    pinned at a bound does (reasoning length 0 in both arms): the seeds' t interval would be zero
    wide and call the tie a decision. For a rate redrawn over its episodes (whose CI always has
-   width), the same where the arms are paired and every seed's a − b is exactly 0: both arms
-   replay the same states with the same sampling seeds, so they played alike.
+   width), the same where the arms are paired and every seed's a − b is exactly 0 (superiority
+   claims: a tie is what a non-inferiority claim claims): both arms start a seed's episodes from
+   the same states with the same sampling seeds, so they played alike.
 7. The effect: mean over seeds of (a − b) × direction, paired by seed where both arms ran it; its
    95% CI from a two-level bootstrap (seeds with replacement, then each seed's episodes: a success
    rate from n binary episodes is redrawn as Binomial(n, rate) / n, which is exactly resampling
@@ -411,16 +413,13 @@ def judge(
             f"({claim.score} {claim.metric}): the metric sat at one value, so nothing tells the arms "
             f"apart{note}",
         )
-    if (
-        _is_rate(claim)
-        and paired
-        and b is not None
-        and (sa["score"].to_numpy() == sb["score"].to_numpy()).all()
-    ):
+    tied = paired and b is not None and (sa["score"].to_numpy() == sb["score"].to_numpy()).all()
+    if _is_rate(claim) and tied and claim.kind != "noninferiority":
         # Redrawn over episodes, a rate's CI always has width, and two identical arms read NOT
-        # REPRODUCED. But each seed replays the same states with the same sampling seeds in both
-        # arms: a − b exactly 0 in every seed is two arms that played alike (the manipulation
-        # changed nothing the validation sees), a tie that decides nothing, as the rule above.
+        # REPRODUCED. But a seed's episodes start from the same states with the same sampling
+        # seeds in both arms: a − b exactly 0 in every seed is two arms that played alike (the
+        # manipulation changed nothing measured), a tie that decides no superiority, as the rule
+        # above. (A tie is what non-inferiority claims: a slightly better arm a reads REPRODUCED.)
         return replace(
             row,
             reason=f"no spread: every seed's difference a − b is exactly 0 ({claim.score} {claim.metric}, "

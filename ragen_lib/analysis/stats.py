@@ -188,10 +188,12 @@ def underpowered(
 def power_statement(claim: Claim, n_seeds: int, left_out: list[int] | None = None) -> str:
     """The power for the declared MDE of `n_seeds` compared seeds, in words (printed with every
     row); `left_out`: the design's seeds that were not compared (censored, never learned, unscored),
-    so the line never counts seeds that the effect does not rest on."""
+    so the line never counts seeds that the effect does not rest on; None: the row was decided
+    before any comparison, and `n_seeds` is the design's."""
     reach = "can" if 0.5**n_seeds < claim.alpha else "cannot"
-    dropped = f" (seeds {left_out} left out)" if left_out else ""
+    # None: the design's seeds, before any comparison (a row decided earlier: no data, PILOT, …)
+    compared = "" if left_out is None else " compared" + (f" (seeds {left_out} left out)" if left_out else "")
     return (
-        f"power: MDE {claim.mde:g} declared; {n_seeds} seed(s) compared{dropped}, a sign test {reach} "
+        f"power: MDE {claim.mde:g} declared; {n_seeds} seed(s){compared}, a sign test {reach} "
         f"reach p < {claim.alpha:g}"
     )
