@@ -11,7 +11,8 @@
 # Phases: install (bundle → the host's own Python) → `gpu-check` with the `quick`
 # replication running beside it (its runs resume while this host lives; a new one starts bare) → the
 # quick replication stopped with Ctrl-C so the GPU is the bench's alone → `bench` (the sections
-# in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints.
+# in $BENCH_ONLY, or none; each is saved as it finishes) → REPORT.md → archive of everything but checkpoints
+# (also when the script is stopped: the phase in flight is stopped first, with INT).
 # Environment: PYTHON (the host's, default python3), PROFILE (quick), DEVICE (cuda), BENCH_ONLY,
 # BENCH_OUT (outputs/bench for the default sections, else outputs/bench/<sections joined by +>),
 # REPLICATE=0 (no replication: gpu-check and the bench get the GPU alone), STEPS_CONFIG (a run's
@@ -52,10 +53,31 @@ elapsed() { echo $(($(date +%s) - t0)); }
 # A phase runs only with more than 30 s to run in: `timeout 0` means no limit at all, and a
 # negative cap is refused by timeout (exit 125) or by the command's own argument check.
 room() { [ "$1" -gt 30 ]; }
+# Each phase runs in the background and is waited for: `timeout` puts itself and its command in a
+# process group of their own, so a script stopped mid-phase (a call's limit) left the phase
+# running, writing the outputs the archive was taking and holding the GPU. The EXIT trap now
+# stops it first (INT, which timeout passes on), then archives.
+phase=
+run_phase() {
+  "$@" &
+  phase=$!
+  wait $phase
+  local rc=$?
+  phase=
+  return $rc
+}
+stop_phase() {
+  [ -n "$phase" ] || return 0
+  say "stopping the phase in flight (pid $phase)"
+  kill -INT $phase 2>/dev/null
+  for _ in $(seq 20); do kill -0 $phase 2>/dev/null || return 0; sleep 1; done
+  kill -KILL $phase 2>/dev/null
+}
 left() { echo $((budget - $(elapsed))); }
 say() { echo "[evidence $(elapsed) s] $*" | tee -a "$ev/phases.log"; }
 
 archive() {
+  stop_phase
   say "archiving (left: $(left) s)"
   tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' --exclude='quarantine' \
     outputs/gpu-check outputs/bench $(ls -d "outputs/$PROFILE" 2>/dev/null) -C "$out" evidence 2>>"$ev/phases.log"
@@ -66,7 +88,10 @@ archive() {
   done
   tail -5 "$ev/phases.log"
 }
-trap archive EXIT
+# The script's own output, kept aside: stopped mid-phase, the trap runs inside run_phase, whose
+# output goes to that phase's log.
+exec 3>&1 4>&2
+trap 'archive >&3 2>&4' EXIT
 
 say "start: budget $budget s, commit $RAGEN_COMMIT, profile $PROFILE, device $DEVICE"
 { nvidia-smi; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv; } \
@@ -77,11 +102,11 @@ nproc >"$ev/host.txt"; free -g >>"$ev/host.txt"; df -h . >>"$ev/host.txt"
 # --system-site-packages venv made from it would not see its torch); make then runs with it
 # (HOST_PYTHON) and never builds .venv.
 if [ "$bundle" != "-" ]; then
-  PYTHON=$py timeout 150 bash "$bundle/g01/install.sh" >"$ev/install.log" 2>&1
+  PYTHON=$py run_phase timeout 150 bash "$bundle/g01/install.sh" >"$ev/install.log" 2>&1
   rc=$?
   if [ $rc -eq 1 ] && grep -q "allow-upgrades" "$ev/install.log"; then
     say "install: a host package conflicts; again with --allow-upgrades"
-    PYTHON=$py timeout 150 bash "$bundle/g01/install.sh" --allow-upgrades >>"$ev/install.log" 2>&1
+    PYTHON=$py run_phase timeout 150 bash "$bundle/g01/install.sh" --allow-upgrades >>"$ev/install.log" 2>&1
     rc=$?
   fi
   say "install: exit $rc"
@@ -107,7 +132,7 @@ reserve=${RESERVE_S:-120} # kept for the bench and the archive
 if [ "$CHECK_S" -gt 0 ]; then
   cap=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
   if room $cap; then
-    timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
+    run_phase timeout $cap "$py" -m ragen_lib doctor --device "$DEVICE" >"$ev/gpu-check.log" 2>&1
     say "gpu-check: exit $? (cap $cap s)"
     tail -15 "$ev/gpu-check.log"
   else
@@ -138,7 +163,7 @@ if [ -n "${BACKLOG_S:-}" ]; then
   if room $cap; then
     # --train gets 20 s less than the cap: a run estimated to fit that is late still ends by INT.
     # No checkpoints: none comes back from this host, and quick's are 3.8 GB of writing each.
-    timeout -s INT -k 20 $cap "$py" -m ragen_lib backlog "$PROFILE" --train $((cap - 20)) --no-checkpoints \
+    run_phase timeout -s INT -k 20 $cap "$py" -m ragen_lib backlog "$PROFILE" --train $((cap - 20)) --no-checkpoints \
       >"$ev/backlog.log" 2>&1
     say "backlog: exit $? (cap $cap s)"
     grep "^\[backlog\]" "$ev/backlog.log"
@@ -153,7 +178,7 @@ if [ -n "${STEPS_CONFIG:-}" ]; then
   cap=$((steps_s + 30 < $(left) - 60 ? steps_s + 30 : $(left) - 60))
   if room $cap; then
     # shellcheck disable=SC2086 # STEPS_ARGS is a list of options
-    timeout -k 10 $cap "$py" scripts/step_profile.py "$STEPS_CONFIG" "$ev/steps" --budget "$steps_s" \
+    run_phase timeout -k 10 $cap "$py" scripts/step_profile.py "$STEPS_CONFIG" "$ev/steps" --budget "$steps_s" \
       ${STEPS_ARGS:-} >"$ev/steps.log" 2>&1
     say "steps: exit $? (cap $cap s)"
     grep "^\[steps\]" "$ev/steps.log"
@@ -165,7 +190,7 @@ fi
 # 4. bench, alone on the GPU
 cap=$(($(left) - 45))
 if room $cap && [ "$BENCH_ONLY" != none ]; then
-  timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" --out "$BENCH_OUT" \
+  run_phase timeout -s INT -k 15 $cap "$py" -m ragen_lib bench --device "$DEVICE" --only "$BENCH_ONLY" --out "$BENCH_OUT" \
     ${BENCH_QUICK:+--quick} >"$ev/bench.log" 2>&1
   say "bench: exit $? (cap $cap s)"
   grep "^\[bench\]" "$ev/bench.log" | tail -40
@@ -174,5 +199,5 @@ else
 fi
 
 # 5. the report of what the replication finished
-timeout 20 "$py" -m ragen_lib report "$PROFILE" >"$ev/report.log" 2>&1
+run_phase timeout 20 "$py" -m ragen_lib report "$PROFILE" >"$ev/report.log" 2>&1
 say "report: exit $?"
