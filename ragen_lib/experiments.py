@@ -794,6 +794,12 @@ def format_plan(p: dict) -> str:
         f"{size(p['need_bytes'])} (largest peak + what finished runs keep), free {size(p['free_bytes'])}"
     )
     lines.append(est)
+    asked = os.environ.get(models.MODEL_ENV)
+    if asked and p["models"] and asked not in p["models"]:  # smoke's configs name tiny-random
+        lines.append(
+            f"{models.MODEL_ENV}={asked} is not used here: profile {p['profile']}'s configs name their "
+            f"model ({', '.join(p['models'])}); it applies where model.name is left out (quick, paper)"
+        )
     lines.append(
         f"{sum(r['judged'] for r in p['findings'])} runs judged, {sum(r['pilot'] for r in p['findings'])} "
         "pilot runs (figures and numbers, no verdict)"

@@ -707,6 +707,10 @@ def test_plan_counts_runs_steps_and_disk_and_refuses_a_small_disk(tmp_path, monk
     monkeypatch.setenv("RAGEN_MODEL", gone)
     assert {c.model.name for c, _ in experiments.variants("02_echo_trap", "quick")[1]} == {gone}
     assert {c.model.name for c, _ in experiments.variants("02_echo_trap", "smoke")[1]} == {"tiny-random"}
+    assert main(["plan", "smoke", "--root", str(tmp_path), "--finding", "02_echo_trap"]) == 0
+    assert f"RAGEN_MODEL={gone} is not used here: profile smoke's configs name their model (tiny-random)" in (
+        capsys.readouterr().out
+    )
     assert main(["plan", "quick", "--root", str(tmp_path), "--finding", "02_echo_trap"]) == 2
     assert f"error: model file {gone} does not exist: it comes from RAGEN_MODEL" in capsys.readouterr().err
     monkeypatch.delenv("RAGEN_MODEL")
