@@ -40,7 +40,7 @@ help:
 	@echo "                 (RAGEN_TRAIN=stored make replicate-all: judge only the runs stored, train nothing)"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update; QUICK=1: outputs/bench/quick/)"
 	@echo "make gpu-check   is this machine ready? env, model, precision, static decoding, 3 steps per algorithm"
-	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in about 1 min)"
+	@echo "                 → outputs/gpu-check/<device>.md (about 3 min on a GPU; the CPU half in 2.5-4 min)"
 	@echo "make offline-bundle DEST=dir [PART_MB=56] [PYTHONS=\"3.10 3.11 3.12\"] [SKIP=\"pkg ...\"] [EXTRAS=\"notebooks bench\"]"
 	@echo "                 wheels + the embedded model in parts + install.sh, for a GPU host without internet"
 	@echo "make check-learning  format warm-up + 12 StarPO-PPO steps on Bandit, embedded model (2-core CPU: about 30 min)"
