@@ -190,7 +190,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.losses": "72100ef76e2e",
     "ragen_lib.algorithms.objectives": "257893b24e71",
     "ragen_lib.attention": "d6e4c20eb7bc",
-    "ragen_lib.config": "ed91e2001f34",
+    "ragen_lib.config": "ab675ea6d42c",
     "ragen_lib.distributed": "199d37d1ed1a",
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "cc22b6fcd5c8",
@@ -204,7 +204,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "6af0d668c0d6",
     "ragen_lib.seeds": "f89b648e3869",
-    "ragen_lib.trainer": "2b09d6f38889",
+    "ragen_lib.trainer": "5f373fb6fff9",
     "ragen_lib.warmup": "64c62cd5f3f1",
     "ragen_lib.work": "906d49cff14f",
 }
