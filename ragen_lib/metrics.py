@@ -263,6 +263,11 @@ def label(name: str) -> str:
     return f"{METRICS[base].label} on {env}" if base in METRICS and name.startswith("val/") else name
 
 
+def is_rate(metric: str) -> bool:
+    """A success or format-valid rate: a share of binary episodes, in [0, 1]."""
+    return "success" in metric or "format_valid" in metric
+
+
 def format_rate_of(success: str) -> str | None:
     """The format-valid rate measured on the same episodes as a success metric: rollout/success →
     rollout/format_valid, val/success[/env] → val/format_valid[/env]; None for any other metric.

@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from ragen_lib import models, runs
-from ragen_lib.metrics import format_rate_of, label, natural_key
+from ragen_lib.metrics import format_rate_of, is_rate, label, natural_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = "cfg.train.seed"
@@ -83,10 +83,6 @@ def _arms(df: pd.DataFrame, hue: str, hue_order: list | None) -> list:
             "undrawn; pass the order of every arm (e.g. plots.order(df[hue]) of the whole frame)"
         )
     return list(hue_order)
-
-
-def is_rate(metric: str) -> bool:
-    return "success" in metric or "format_valid" in metric
 
 
 def _env_of(metric: str, part: pd.DataFrame) -> str | None:

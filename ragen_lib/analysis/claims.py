@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ragen_lib import models
+from ragen_lib.metrics import is_rate
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 
@@ -162,14 +163,9 @@ def design(row: Row) -> str:
     )
 
 
-def _is_rate_metric(metric: str) -> bool:
-    """A success or format-valid rate: a share of binary episodes."""
-    return "success" in metric or "format_valid" in metric
-
-
 def _is_rate(claim: Claim) -> bool:
     """A score that averages a rate's points, which the bootstrap redraws over their episodes."""
-    return claim.score in ("late", "auc") and _is_rate_metric(claim.metric)
+    return claim.score in ("late", "auc") and is_rate(claim.metric)
 
 
 #: Scores that are a level of the metric (an average of points, or one point), so a rate's score

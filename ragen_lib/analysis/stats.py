@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ragen_lib.analysis.claims import LEVEL_SCORES, Claim, _is_rate, _is_rate_metric
+from ragen_lib.analysis.claims import LEVEL_SCORES, Claim, _is_rate
+from ragen_lib.metrics import is_rate
 
 #: Fixed RNG seed of every bootstrap, so a verdict is a function of the data alone.
 BOOTSTRAP_SEED = 0
@@ -164,7 +165,7 @@ def underpowered(
         return f"{n_seeds} seed(s) < {MIN_SEEDS}: no seed-to-seed spread to judge against"
     if claim.test == "sign" and 0.5**n_seeds >= claim.alpha:
         return f"a sign test over {n_seeds} seeds cannot reach p < {claim.alpha:g} (min p {0.5**n_seeds:.3g})"
-    if claim.score in LEVEL_SCORES and _is_rate_metric(claim.metric) and points is not None and len(points):
+    if claim.score in LEVEL_SCORES and is_rate(claim.metric) and points is not None and len(points):
         # Each validation replays the same val_size states, so a seed's late validations are n
         # episodes' worth of states, not n per point: states, not replays, set the CI's floor. A
         # peak is one point: its n episodes (it was checked on the seeds alone, and on 8 states a
