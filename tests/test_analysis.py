@@ -309,7 +309,8 @@ def test_student_t_quantiles_and_the_seed_level_interval_by_hand():
 def test_three_seeds_that_agree_but_spread_widely_are_not_enough():
     """A percentile bootstrap over 3 seeds reaches no further than their range: with all three
     differences above 0 (1 in 8 under no effect) it called the effect. The t interval does not."""
-    df = runs_df({"a": lambda seed, step: (0.55, 0.75, 0.95)[seed], "b": 0.5}, seeds=(0, 1, 2))
+    # 512 states: 3 seeds of 128 are under-powered for an MDE of 0.1 before any interval is drawn
+    df = runs_df({"a": lambda seed, step: (0.55, 0.75, 0.95)[seed], "b": 0.5}, seeds=(0, 1, 2), val_size=512)
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE and row.effect == pytest.approx(0.25), row
     # differences 0.05, 0.25, 0.45: sd 0.2, half-width 4.302653 * 0.2 / sqrt(3) = 0.4968
@@ -323,9 +324,9 @@ def test_three_seeds_that_agree_but_spread_widely_are_not_enough():
 @pytest.mark.slow
 def test_a_null_effect_over_three_seeds_is_rarely_reproduced(monkeypatch):
     """The rule's false-positive rate, simulated: 200 studies of 3 seeds per arm with no effect
-    (each seed's success rate ~ N(0.5, 0.1), 12 validations on 128 states). A 95% CI above 0 should
-    happen about 2.5% of the time: 6 of 200 here; the bootstrap alone gave 17 (28 when it redrew
-    every replay of the validation states as new episodes). Fixed RNG seed."""
+    (each seed's success rate ~ N(0.5, 0.1), 12 validations on 512 states: on 128, 3 seeds are
+    under-powered for the MDE 0.1 and nothing is judged). A 95% CI above 0 should happen about 2.5%
+    of the time: 4 of 200 here; the bootstrap alone gave 20. Fixed RNG seed."""
     rng = np.random.default_rng(0)
     full = analysis.bootstrap_ci
     monkeypatch.setattr(analysis.stats, "bootstrap_ci", lambda *a, **k: full(*a, **k, draws=400))  # 5x faster
@@ -334,11 +335,12 @@ def test_a_null_effect_over_three_seeds_is_rarely_reproduced(monkeypatch):
         rate = {
             (arm, seed): float(np.clip(rng.normal(0.5, 0.1), 0.02, 0.98)) for arm in "ab" for seed in range(3)
         }
-        draws = {key: rng.binomial(128, p, size=12) / 128 for key, p in rate.items()}
+        draws = {key: rng.binomial(512, p, size=12) / 512 for key, p in rate.items()}
         df = runs_df(
             {arm: (lambda seed, step, arm=arm, d=draws: d[arm, seed][step]) for arm in "ab"},
             seeds=(0, 1, 2),
             steps=12,
+            val_size=512,
         )
         reproduced += (
             analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == "REPRODUCED"
@@ -910,11 +912,9 @@ def test_one_seed_is_under_powered_even_with_a_large_effect():
 def test_too_few_validation_episodes_for_the_declared_effect_is_under_powered():
     df = runs_df({"a": 0.7, "b": 0.6}, seeds=(0, 1, 2), steps=3, val_size=4)
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    # 3 seeds x 1 late point x 4 episodes = 12 episodes: 1.96 * sqrt(0.5 / 12) = 0.4 > 0.1
-    assert (
-        row.status == analysis.INCONCLUSIVE
-        and "predicted 95% CI half-width 0.4 from 12 episodes" in row.reason
-    )
+    # 3 seeds x 4 states = 12 episodes an arm: t(2 df) 4.3027 * sqrt(0.5 / 12) = 0.878 > 0.1
+    assert row.status == analysis.INCONCLUSIVE
+    assert "predicted 95% CI half-width 0.878 from 12 episodes per arm over 3 seeds (t, 2 df)" in row.reason
 
 
 def test_non_inferiority_and_pilot_and_headline():
@@ -1471,12 +1471,38 @@ def test_the_power_check_counts_validation_states_once_however_often_they_are_re
     claim = analysis.Claim("x", "a > b", "val/success", mde=0.1)
     for late in (1, 10):  # the same 32 states, validated once or ten times late in the run
         pts = pd.DataFrame({"seed": [0, 1, 2], "score": 0.5, "points": [np.full(late, 0.5)] * 3, "n": 32})
-        assert analysis.underpowered(claim, 3, pts) == (
-            "predicted 95% CI half-width 0.141 from 96 episodes per arm > MDE 0.1"
+        assert analysis.underpowered(claim, 3, pts) == (  # 4.3027 * sqrt(0.5 / 96)
+            "predicted 95% CI half-width 0.311 from 96 episodes per arm over 3 seeds (t, 2 df) > MDE 0.1"
         )
     train = analysis.Claim("x", "a > b", "rollout/success", mde=0.1)  # training: fresh episodes each step
     pts = pd.DataFrame({"seed": [0, 1, 2], "score": 0.5, "points": [np.full(10, 0.5)] * 3, "n": 32})
-    assert analysis.underpowered(train, 3, pts) is None
+    assert analysis.underpowered(train, 3, pts) is None  # 960 episodes: 4.3027 * sqrt(0.5 / 960) = 0.098
+
+
+def test_the_power_check_predicts_the_t_interval_the_verdict_uses():
+    """3 seeds x 128 validation states: 1.96 over the pooled episodes predicted 0.071 and passed an
+    MDE of 0.1, but `effect_ci` widens to the seeds' t interval, t(2 df) = 4.30 where the seeds
+    differ by their states' noise alone: 0.155 wide. Two equal arms then read non-inferior in under
+    half of simulated studies, and a real 0.1 gap rarely decided; an audit found it."""
+    claim = analysis.Claim("x", "a > b", "val/success", mde=0.1)
+    arm = lambda seeds: pd.DataFrame(  # noqa: E731
+        {"seed": range(seeds), "score": 0.5, "points": [np.full(6, 0.5)] * seeds, "n": 128}
+    )
+    # paired: n − 1 df. 4.3027 * sqrt(0.5 / 384) = 0.155; 3.1824 * sqrt(0.5 / 512) = 0.0994
+    assert analysis.underpowered(claim, 3, arm(3), arm(3)) == (
+        "predicted 95% CI half-width 0.155 from 384 episodes per arm over 3 seeds (t, 2 df) > MDE 0.1"
+    )
+    assert analysis.underpowered(claim, 4, arm(4), arm(4)) is None
+    # Welch on different seeds: up to na + nb − 2 df. 256 states: 2.7764 * sqrt(0.5 / 768) = 0.071,
+    # where paired differences' 2 df give 4.3027 * sqrt(0.5 / 768) = 0.110
+    wide = lambda seeds: arm(seeds).assign(n=256)  # noqa: E731
+    assert analysis.underpowered(claim, 3, wide(3), wide(3), paired=False) is None
+    paired = analysis.underpowered(claim, 3, wide(3), wide(3))
+    assert "0.11 from 768 episodes per arm over 3 seeds (t, 2 df)" in paired
+    # and through `judge`: the quick profile's 3 Sokoban seeds x 128 states
+    df = runs_df({"a": lambda seed, step: 0.7 + 0.01 * seed, "b": 0.5}, seeds=(0, 1, 2), val_size=128)
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("under-powered: predicted"), row
 
 
 def test_a_success_row_prints_each_arms_late_format_valid_rate(tmp_path, monkeypatch):
@@ -1595,11 +1621,11 @@ def test_the_power_check_takes_each_arms_own_episodes_whichever_is_arm_a():
     claim = analysis.Claim("x", "a > b", "val/success", mde=0.1)
     big = pd.DataFrame({"seed": [0, 1, 2, 3, 4], "score": 0.5, "points": [np.full(10, 0.5)] * 5, "n": 256})
     small = big.assign(n=8)
-    # 1/1280 + 1/40 of 0.25 each: 1.96 · √(0.25 · (1/1280 + 1/40)) = 0.157
-    want = "predicted 95% CI half-width 0.157 from {} episodes (arm a / b) > MDE 0.1"
+    # 1/1280 + 1/40 of 0.25 each, t(4 df): 2.7764 · √(0.25 · (1/1280 + 1/40)) = 0.223
+    want = "predicted 95% CI half-width 0.223 from {} episodes (arm a / b) over 5 seeds (t, 4 df) > MDE 0.1"
     assert analysis.underpowered(claim, 5, big, small) == want.format("1280 / 40")
     assert analysis.underpowered(claim, 5, small, big) == want.format("40 / 1280")
-    assert analysis.underpowered(claim, 5, big, big) is None  # 0.0274 from 1280 a side
+    assert analysis.underpowered(claim, 5, big, big) is None  # 0.0549 from 1280 a side
     rows = {}
     for a, b in (("big", "small"), ("small", "big")):
         df = runs_df({a: lambda seed, step: 0.75 + 0.01 * seed, b: 0.5}, steps=30)
@@ -1688,14 +1714,14 @@ def test_a_validation_rates_interval_counts_its_replayed_states_once_per_seed():
     """Every late validation replays the same 128 states: redrawing each replay as new episodes
     made 3 tightly agreeing seeds 0.06 apart read REPRODUCED, the CI (0.036, 0.083) about
     √(late points) narrower than the states allow (±0.07). Training rates keep their per-point
-    redraw: each step's rollouts are new episodes."""
-    gap = [0.555, 0.56, 0.565]
-    df = runs_df({"a": lambda seed, step: gap[seed], "b": 0.5}, seeds=(0, 1, 2), steps=150)
+    redraw: each step's rollouts are new episodes. (4 seeds: 3 of 128 states are under-powered.)"""
+    gap = [0.545, 0.55, 0.55, 0.555]
+    df = runs_df({"a": lambda seed, step: gap[seed], "b": 0.5}, seeds=(0, 1, 2, 3), steps=150)
     df = df[df["step"] % 5 == 0].assign(**{"cfg.train.steps": 150})
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE and row.ci[0] < 0 and row.ci[1] > LATE.mde, row
-    # 1.96 * sqrt(2 * 0.25 / 128 / 3) = 0.071: the interval's half-width is of that size
-    assert (row.ci[1] - row.ci[0]) / 2 == pytest.approx(0.071, abs=0.015)
+    # 1.96 * sqrt(2 * 0.25 / 128 / 4) = 0.061: the interval's half-width is of that size
+    assert (row.ci[1] - row.ci[0]) / 2 == pytest.approx(0.061, abs=0.013)
     training = analysis.Claim("t", "a beats b", "rollout/success", mde=0.1)
     narrow = analysis.judge(df, training, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert narrow.ci[1] - narrow.ci[0] < row.ci[1] - row.ci[0]
@@ -1728,7 +1754,10 @@ def test_a_peak_success_on_few_validation_states_is_under_powered():
     peak = analysis.Claim("peak", "a beats b", "val/success", mde=0.1, score="peak")
     row = analysis.judge(df, peak, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE
-    assert row.reason == "under-powered: predicted 95% CI half-width 0.219 from 40 episodes per arm > MDE 0.1"
+    assert row.reason == (  # t(4 df) 2.7764 * sqrt(0.5 / 40)
+        "under-powered: predicted 95% CI half-width 0.31 from 40 episodes per arm over 5 seeds (t, 4 df) "
+        "> MDE 0.1"
+    )
 
 
 def test_the_power_line_counts_the_seeds_the_effect_rests_on():

@@ -745,12 +745,30 @@ def test_quick_profile_judges_its_studies_at_scale_and_runs_the_rest_as_pilots()
     assert sorted({c.train.seed for c in bandit}) == [0, 1, 2, 3] and len(bandit) == 8  # PPO, GRPO
     assert {(c.train.steps, c.train.val_every, c.train.val_size) for c in bandit} == {(150, 5, 128)}
     assert sorted({c.train.seed for c in sokoban}) == [0, 1, 2] and {c.train.steps for c in sokoban} == {50}
+    assert {(c.train.val_every, c.train.val_size) for c in sokoban} == {(10, 384)}
     assert all(lab["study"] == "paper-mask" for _, lab in judged)
     # FrozenLake and every response-mask run: one seed at the pilot scale
     assert len(pilot) == 8 and {(c.train.seed, c.train.steps) for c, _ in pilot} == {(0, 30)}
     _, apo = experiments.variants("07_apo_vs_starpo", "quick")
     judged_apo = {(c.env.name, c.algo.name, c.algo.apo_refresh_every) for c, lab in apo if lab["judged"]}
     assert judged_apo == {("sokoban", "apo", 0), ("sokoban", "starpo-ppo", 0), ("sokoban", "starpo-grpo", 0)}
+
+
+def test_every_judged_design_of_quick_has_the_power_for_a_validation_rate_of_mde_0_1():
+    """The seeds and validation states of each judged entry: a late validation success claim at
+    the MDE 0.1 the studies declare must not read under-powered before a run trains (3 Sokoban
+    seeds x 128 states did, once the power check used the t quantile its interval uses)."""
+    import numpy as np
+    import pandas as pd
+
+    from ragen_lib import analysis
+
+    claim = analysis.Claim("x", "a beats b", "val/success", mde=0.1)
+    judged = config.read_yaml(experiments.ROOT / "params" / "profiles.yaml")["quick"]["judged"]
+    for entry in judged:
+        n, states = len(entry["seeds"]), entry["overrides"]["train.val_size"]
+        arm = pd.DataFrame({"seed": range(n), "score": 0.5, "points": [np.full(3, 0.5)] * n, "n": states})
+        assert analysis.underpowered(claim, n, arm, arm) is None, entry
 
 
 def test_a_finding_is_named_by_its_number_as_make_replicate_takes_it(tmp_path, capsys):

@@ -47,10 +47,11 @@ How a row is decided, in this order (the first that applies wins):
    decision rests on an assumed collapse step.
 6. INCONCLUSIVE "under-powered": fewer than 3 seeds; a sign-test claim with so few seeds that
    0.5^n >= alpha; or, for a success or format-valid rate's level score (late, auc, peak, max,
-   median), a predicted 95% CI half-width from episode sampling alone
-   (p = 0.5) wider than the MDE (validation states counted once a seed, however often the late
-   validations replay them; each arm its own count, so the arm with fewer episodes sets the width
-   whichever is arm a).
+   median), a predicted 95% CI half-width from episode sampling alone (p = 0.5), with the t
+   quantile of the interval step 7 draws (paired: n − 1 df, so 3 seeds need about 310 validation
+   states for an MDE of 0.1, 4 seeds 128), wider than the MDE (validation states counted once a
+   seed, however often the late validations replay them; each arm its own count, so the arm with
+   fewer episodes sets the width whichever is arm a).
    INCONCLUSIVE "no spread" (scores other than collapse and lead): every seed of both arms (of a
    one-arm claim: arm a, and the 0 it is tested against) scored exactly the same value, as a metric
    pinned at a bound does (reasoning length 0 in both arms): the seeds' t interval would be zero
@@ -399,7 +400,7 @@ def judge(
     elif claim.score == "collapse" and (sa["censored"].any() or sb["censored"].any()):
         note += "; " + _censored_note(sa, sb)
     note += unscored + floor_note
-    short = underpowered(claim, n_seeds=min(len(sa), len(sb)), points=sa, other=None if b is None else sb)
+    short = underpowered(claim, min(len(sa), len(sb)), sa, None if b is None else sb, paired=paired)
     if short:
         return replace(row, reason=f"under-powered: {short}{note}")
     scores = pd.concat([sa["score"], sb["score"]])
