@@ -1013,7 +1013,8 @@ def config_columns(cfg: dict) -> dict:
 
 
 def load(root, finding: str | None = None, *, include_running: bool = True, run_ids=None):
-    """One row per (run, step): run_id, finding, done, step, the metrics, and cfg.<dotted> columns;
+    """One row per (run, step): run_id, finding, done, device (DONE's), step, the metrics, and
+    cfg.<dotted> columns;
     `run_ids`: only those run folders (a leftover of an older grid, damaged or not, is not read).
 
     Never changes a file (runs may be training). A torn last line is left out with a warning; a
@@ -1056,10 +1057,14 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
         if not include_running and not done:
             continue
         flat = config_columns(cfg)
+        # where it trained (DONE's record; None while running): 07's seconds and GB compare only
+        # runs of one device, and a lease may land on an H100 or an H200
+        device = (run.done_info() or {}).get("device") if run.done else None
+        head = {"run_id": path.name, "finding": path.parent.name, "done": done, "device": device}
         for m in metric_rows:
-            rows.append({"run_id": path.name, "finding": path.parent.name, "done": done, **m, **flat})
+            rows.append({**head, **m, **flat})
     if not rows:
-        return pd.DataFrame(columns=["run_id", "finding", "done", "step"])
+        return pd.DataFrame(columns=["run_id", "finding", "done", "device", "step"])
     df = pd.DataFrame(rows)
     return df.replace({None: math.nan}) if df.isna().any().any() else df
 

@@ -1656,6 +1656,27 @@ def test_a_total_compares_runs_of_one_length_only():
     )  # 30 s against 60 s over the same 30 steps
 
 
+def test_seconds_and_memory_compare_only_runs_of_one_device():
+    """07's PPO and GRPO runs are 01's (the same config): trained on one lease's H200 while A*-PO
+    trained on another's H100, the time rows set seconds of two GPUs against each other (an audit
+    found it). The device comes from each run's DONE (`runs.load`'s `device` column)."""
+    total = analysis.Claim("time", "a takes less time", "time/step", mde=1.0, score="total", direction=-1)
+    df = runs_df({"a": 0.5, "b": 0.5}, steps=30)
+    df["time/step"] = df["arm"].map({"a": 1.0, "b": 2.0}) + 0.01 * df["cfg.train.seed"] * (df["arm"] == "a")
+    one = df.assign(device="NVIDIA H100 80GB HBM3")
+    same = analysis.judge(one, total, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert same.status == analysis.REPRODUCED, same
+    two = one.assign(device=one["arm"].map({"a": "NVIDIA H100 80GB HBM3", "b": "NVIDIA H200"}))
+    row = analysis.judge(two, total, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "different devices: arm a trained on NVIDIA H100 80GB HBM3, arm b on NVIDIA H200: time/step"
+    ), row
+    # a success rate is the policy's, whatever ran it
+    late = analysis.judge(two.assign(**{"val/success": two["arm"].map({"a": 0.9, "b": 0.3})}), LATE,
+                          {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)  # fmt: skip
+    assert late.status == analysis.REPRODUCED, late
+
+
 def test_a_late_score_needs_the_metric_on_the_last_third_of_the_steps():
     """Arm b's reasoning length measured to step 59 of 200 (NaN after: no tags matched): its "late"
     score was the mean of steps 40-59, and the row read NOT REPRODUCED on it (a review found it)."""

@@ -456,7 +456,7 @@ def test_repair_cuts_only_a_torn_line_after_a_finished_runs_last_step(tmp_path):
 
 def test_load_warns_and_never_returns_a_short_run_as_finished(tmp_path):
     good = trained(runs.run_dir(tmp_path, "f", CFG), 11)
-    good.mark_done()
+    good.mark_done({"device": "NVIDIA H100 80GB HBM3"})
     short_cfg = seed(5)
     short = trained(runs.run_dir(tmp_path, "f", short_cfg), 11, cfg=short_cfg)
     short.mark_done()
@@ -472,6 +472,9 @@ def test_load_warns_and_never_returns_a_short_run_as_finished(tmp_path):
     assert "marked finished but" in text and "incomplete line" in text
     done = df.groupby("cfg.train.seed")["done"].first().to_dict()
     assert done == {0: True, 5: False, 6: False}
+    # DONE's device on every row of a finished run (07's cost rows compare one device's runs only)
+    device = df.groupby("cfg.train.seed")["device"].first().to_dict()
+    assert device[0] == "NVIDIA H100 80GB HBM3" and (device[6] is None or math.isnan(device[6]))
     assert (live.path / "metrics.jsonl").read_bytes() == before  # a reader never truncates
     with pytest.warns(RunStoreWarning):
         assert set(runs.load(tmp_path, include_running=False)["cfg.train.seed"]) == {0}

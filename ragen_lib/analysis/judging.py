@@ -9,7 +9,9 @@ How a row is decided, in this order (the first that applies wins):
    (seeds per arm); a pilot arm's row stays PILOT and names them too.
 2. INCONCLUSIVE "no data" when an arm has no runs, or the metric (a lead's indicator too) was
    never logged; "censored" when a run of either arm did not finish (`done` false: stopped, or
-   still running; its last steps are missing, so its score is not the design's); "runs per seed"
+   still running; its last steps are missing, so its score is not the design's); "different
+   devices" when a time/ or memory/ claim's runs trained on more than one device (DONE's record:
+   a run 07 shares with 01 may have trained on another lease's GPU); "runs per seed"
    when an arm's selector matches more than one run of a seed (they would be averaged into one
    score under one seed).
 3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert
@@ -111,6 +113,8 @@ from ragen_lib.metrics import format_rate_of
 #: about 0.09 above it (2 standard errors at p = 0.5), the max of 150 steps' 5-step averages of 64
 #: episodes about 0.06, so a run under this never left random play.
 LEARN_MARGIN = 0.1
+#: Metrics of the hardware, not of the policy: compared only between runs of one device.
+COST_PREFIXES = ("time/", "memory/")
 
 
 def _nan_meaning(metric: str) -> str:
@@ -285,6 +289,15 @@ def judge(
             reason=f"unequal horizons: arm a's runs trained {ha} steps, arm b's {hb}: a {claim.score} "
             "score compares different lengths of training",
         )
+    if b is not None and claim.metric.startswith(COST_PREFIXES) and "device" in df:
+        # Runs shared with other findings train on whichever lease ran them, an H100 or an H200
+        da, db = (sorted(set(part["device"].fillna("not recorded"))) for part in (A, B))
+        if len(set(da) | set(db)) > 1:
+            return replace(
+                row,
+                reason=f"different devices: arm a trained on {', '.join(da)}, arm b on {', '.join(db)}: "
+                f"{claim.metric} measured on different devices does not compare",
+            )
     shared_seed = [d for name, part in arms for d in _runs_per_seed(name, part)]
     if shared_seed:
         return replace(
