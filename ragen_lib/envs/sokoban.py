@@ -81,8 +81,9 @@ class SokobanEnv(TextEnv):
 
     ## Rewards
     Every step pays `step_penalty` (-0.1); a box landing on a target adds `box_on_target_reward`
-    (+1), a box leaving a target adds `box_off_target_reward` (-1) (both at once for a push from
-    target to target), and solving the room adds `solved_reward` (+10), as gym-sokoban.
+    (+1), a box leaving a target adds `box_off_target_reward` (-1) (a push from target to target
+    adds neither: the count of boxes on targets is unchanged), and solving the room adds
+    `solved_reward` (+10), as gym-sokoban.
 
     ## Episode end
     Terminated when every box is on a target (``info["success"]``); truncated after `max_steps`
