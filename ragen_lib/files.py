@@ -73,8 +73,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 class _CountingWriter:
-    """The file object torch.save writes to: it records the OSError behind a failed write (torch
-    reports only "enforce fail at inline_container.cc"), so a full disk can be named as such."""
+    """The file object torch.save writes to: it records what stopped a write (torch's zip writer
+    reports only "enforce fail at inline_container.cc" in its place), so a full disk can be named
+    as such and a Ctrl-C mid-checkpoint stays a KeyboardInterrupt."""
 
     def __init__(self, f):
         self.f, self.error = f, None
@@ -82,7 +83,7 @@ class _CountingWriter:
     def write(self, data) -> int:
         try:
             return self.f.write(data)  # a buffered file writes everything or raises
-        except OSError as e:
+        except BaseException as e:
             self.error = e
             raise
 
@@ -120,5 +121,9 @@ def save_state(path: Path, state: dict) -> None:
         cause = writer.error if writer is not None and writer.error is not None else e
         if disk_full(cause):
             raise no_space(path, _tensor_bytes(state)) from e
+        if isinstance(cause, KeyboardInterrupt) and cause is not e:
+            # Ctrl-C inside torch.save came out as a RuntimeError: a grid read it as a failed run
+            # and trained the next one; the CLI printed a traceback instead of "interrupted"
+            raise cause from None
         raise
     fsync_dir(path.parent)

@@ -734,6 +734,30 @@ class FullFile:
         self.f.flush()
 
 
+class InterruptedFile(FullFile):
+    """A file whose write is interrupted by Ctrl-C after `room` bytes."""
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise KeyboardInterrupt
+        return super().write(data)
+
+
+def test_ctrl_c_during_a_checkpoint_write_stays_an_interrupt(tmp_path, monkeypatch):
+    """torch's zip writer turned a KeyboardInterrupt inside torch.save into RuntimeError("enforce
+    fail at inline_container.cc"): a one-slot grid logged "run failed" and trained the next run,
+    the CLI printed a traceback instead of "interrupted" (an audit reproduced it with SIGINT)."""
+    run = trained(tmp_path / "r", 2, ckpt_every=2)  # checkpoint at 1
+    run.log(3, {"a": 3})
+    real = files._CountingWriter
+    monkeypatch.setattr(files, "_CountingWriter", lambda f: real(InterruptedFile(f, 4096)))
+    with pytest.raises(KeyboardInterrupt):
+        run.save_checkpoint(3, {"w": torch.zeros(1_000_000)})
+    monkeypatch.undo()
+    assert sorted(p.name for p in (run.path / "ckpt").iterdir()) == ["step_000001.pt"]  # no .tmp left
+    run.close()
+
+
 def test_full_disk_injected_names_the_file_and_leaves_the_run_resumable(tmp_path, monkeypatch):
     run = trained(tmp_path / "r", 2, ckpt_every=2)  # checkpoint at 1
     run.log(3, {"a": 3})
