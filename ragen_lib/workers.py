@@ -473,15 +473,35 @@ def _pool_train(train_fn, cfg: config.Config, path: str) -> None:
     _train_one(train_fn, cfg, path)
 
 
+#: Seconds between looks at a run another process is training (`_train_one` waits for it).
+LOCK_POLL_S = 5.0
+
+
 def _train_one(train_fn, cfg: config.Config, path: str) -> None:
-    """Train one run holding its lock (a second process on the same run is refused). A failure's
-    traceback is printed here, where it happens: a worker hands the grid only the exception."""
+    """Train one run holding its lock. A run another process holds (a second notebook or grid on
+    the same store) is waited for, then reused when that process finished it, or resumed when it
+    stopped: refused, it read as a failed run, "rerun to resume", in both grids though every run
+    finished. A failure's traceback is printed here, where it happens: a worker hands the grid only
+    the exception."""
     _free_memory()  # the last run's, in this process (a failed one's once `_release` cut its traceback)
-    try:
-        with runs.Run(Path(path), cfg) as run:
-            if run.done and reuse_finished(run):  # finished by another process since the grid looked
+    waited = False
+    while True:
+        try:
+            with runs.Run(Path(path), cfg) as run:
+                if run.done and reuse_finished(run):  # finished by another process since the grid looked
+                    if waited:
+                        print(f"finished by the other process: {path} (reused)", flush=True)
+                    return
+                train_fn(cfg, run)
                 return
-            train_fn(cfg, run)
-    except Exception:
-        traceback.print_exc()
-        raise
+        except runs.RunLockedError as e:
+            if not waited:
+                print(
+                    f"waiting: {str(e).split(' (lock file')[0]}; this grid takes it over when it ends",
+                    flush=True,
+                )
+                waited = True
+            time.sleep(LOCK_POLL_S)
+        except Exception:
+            traceback.print_exc()
+            raise

@@ -287,6 +287,42 @@ def test_run_grid_one_at_a_time_keeps_going_after_a_failure_and_frees_it(tmp_pat
     assert Run(runs.run_dir(tmp_path, "f", cfgs[1]), cfgs[1]).done  # trained after the failure
 
 
+FINISHER = """
+import sys, time
+from ragen_lib import config
+from ragen_lib.runs import Run
+cfg = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"steps": 3}})
+run = Run(sys.argv[1], cfg).lock()
+print("locked", flush=True)
+time.sleep(1.5)
+for step in range(3):
+    run.log(step, {"a": 1})
+run.mark_done()
+"""
+
+
+def test_a_run_another_process_is_training_is_waited_for_not_failed(tmp_path, monkeypatch, capsys):
+    """Two notebooks on one store: each grid found the other's runs locked and raised "4 of 9 runs
+    failed ... rerun to resume them", though every run finished (an audit reproduced it). A grid
+    now waits for the other process and reuses what it finished."""
+    monkeypatch.setattr(workers, "LOCK_POLL_S", 0.2)
+    path = runs.run_dir(tmp_path, "f", CFG)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FINISHER, str(path)], env=ENV, stdout=subprocess.PIPE, text=True
+    )
+    calls = []
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        experiments.run_grid(tmp_path, "f", [CFG], lambda cfg, run: calls.append(cfg), progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    assert calls == [] and Run(path, CFG).done  # the other process's run, reused
+    assert f"waiting: {path} is being written by another process: PID {holder.pid}" in out
+    assert f"finished by the other process: {path} (reused)" in out
+
+
 def pooled_train(cfg, run):
     """Module level so that spawned pool workers can unpickle it."""
     if cfg.train.seed == 99:
