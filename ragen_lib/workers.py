@@ -495,11 +495,8 @@ def _train_one(train_fn, cfg: config.Config, path: str) -> None:
                 train_fn(cfg, run)
                 return
         except runs.RunLockedError as e:
-            if not waited:
-                print(
-                    f"waiting: {str(e).split(' (lock file')[0]}; this grid takes it over when it ends",
-                    flush=True,
-                )
+            if not waited:  # the owner's PID and how to stop it, once
+                print(f"waiting, to take the run over when it ends: {e}", flush=True)
                 waited = True
             time.sleep(LOCK_POLL_S)
         except Exception:

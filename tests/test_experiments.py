@@ -319,7 +319,8 @@ def test_a_run_another_process_is_training_is_waited_for_not_failed(tmp_path, mo
         holder.wait()
     out = capsys.readouterr().out
     assert calls == [] and Run(path, CFG).done  # the other process's run, reused
-    assert f"waiting: {path} is being written by another process: PID {holder.pid}" in out
+    waiting = "waiting, to take the run over when it ends: "
+    assert f"{waiting}{path} is being written by another process: PID {holder.pid}" in out
     assert f"finished by the other process: {path} (reused)" in out
 
 
