@@ -183,14 +183,14 @@ def underpowered(
 
         # Each arm's own count: the arm with fewer episodes (8 validation states against 256) sets
         # the width, whichever of the two is arm a.
+        one_arm = other is None or not len(other)
         ea = episodes(points)
-        eb = ea if other is None or not len(other) else episodes(other)
+        eb = ea if one_arm else episodes(other)
         # The width `effect_ci` will give where the seeds differ by their episodes' noise alone:
         # Student t over the seeds, as `t_interval`. With 1.96 in its place, 3 seeds x 128 states
         # passed for an MDE of 0.1 (0.071) where the t interval is about 0.155 wide: two equal
         # arms then read REPRODUCED non-inferior in under half of simulated studies.
-        nb = n_seeds if other is None or not len(other) else len(other)
-        df = n_seeds - 1 if paired else len(points) + nb - 2
+        df = n_seeds - 1 if paired else len(points) + (n_seeds if one_arm else len(other)) - 2
         half = t_quantile(0.975, max(df, 1)) * math.sqrt(0.25 / max(ea, 1) + 0.25 / max(eb, 1))
         if half > claim.mde:
             counts = f"{ea:.0f} episodes per arm" if ea == eb else f"{ea:.0f} / {eb:.0f} episodes (arm a / b)"
