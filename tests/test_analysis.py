@@ -782,6 +782,56 @@ def test_two_per_turn_action_limits_act_only_where_an_answer_wrote_past_the_smal
     )
 
 
+def test_online_k_acts_only_where_its_updates_ran_further_from_their_rollout():
+    """05's Fig. 10: k updates from one rollout are stale only where the policy moves between them.
+    The online-k arm's updates must run at least twice as far from the policy that played their
+    rollout (policy/approx_kl) as online-1's, else both arms trained on rollouts about as fresh, and
+    "fresh beats stale" is INCONCLUSIVE, not NOT REPRODUCED."""
+
+    def stale(d):
+        return analysis.staleness_inactive(d[d["arm"] == "a"], d[d["arm"] == "b"])
+
+    claim = analysis.Claim("f10", "online-1 beats online-5", "val/success", mde=0.1, mechanism="staleness")
+    df = runs_df({"a": 0.7, "b": 0.3})
+    df[analysis.ONLINE_K] = df["arm"].map({"a": 1, "b": 5})
+    moved = df.assign(**{analysis.APPROX_KL: df["arm"].map({"a": 1e-3, "b": 6e-3})})
+    assert analysis.judge(moved, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
+    noise = df.assign(**{analysis.APPROX_KL: df["arm"].map({"a": 7e-4, "b": 9e-4})})
+    row = analysis.judge(noise, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (
+        "mechanism did not act (staleness, arm a and b): the online-5 arm (b) ran its updates at approx "
+        "KL 0.0009 from the policy that played their rollout, under 2× the online-1 arm's (a) 0.0007: the "
+        "policy hardly moved between a rollout and its later updates, so the staler arm's rollouts were "
+        "about as fresh"
+    )
+    # online-1 with one optimizer step a rollout: ratio 1, KL 0; any drift of online-k is staleness,
+    # and none at all (a policy that never moved) is not
+    one_step = df.assign(**{analysis.APPROX_KL: df["arm"].map({"a": 0.0, "b": 1e-5})})
+    assert stale(one_step) is None
+    frozen = df.assign(**{analysis.APPROX_KL: 0.0})
+    assert stale(frozen) == (
+        "the online-5 arm (b) ran every update at approx KL 0 from the policy that played its rollout: the "
+        "policy never moved, so no rollout went stale"
+    )
+    # the staler arm is the one with the larger k, whichever side of the claim it is on
+    flipped = moved.assign(**{analysis.ONLINE_K: moved["arm"].map({"a": 5, "b": 1})})
+    assert "the online-5 arm (a) ran its updates at approx KL 0.001" in stale(flipped)
+    same = moved.assign(**{analysis.ONLINE_K: 5})
+    assert stale(same) == "both arms take 5 update(s) from each rollout: freshness was not manipulated"
+    assert stale(df) == (
+        "no policy/approx_kl logged in arm a: how far its updates ran from its rollouts' policy is unknown"
+    )
+    mixed = moved.assign(
+        **{analysis.ONLINE_K: np.where(moved["cfg.train.seed"] == 0, 10, moved[analysis.ONLINE_K])}
+    )
+    assert stale(mixed) == (
+        "arm a's runs took different numbers of updates from a rollout (cfg.train.online_k)"
+    )
+
+
 def test_a_kl_too_small_to_move_the_returns_did_not_act():
     """ "No KL beats KL": the KL arm (b) must have had a KL reward that could move its returns. A
     penalty kl_coef · Σ|KL_t| under 1% of the rewards' spread cannot have changed an update."""

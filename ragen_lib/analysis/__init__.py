@@ -65,6 +65,7 @@ from ragen_lib.analysis.judging import (
     slope_room,
 )
 from ragen_lib.analysis.mechanisms import (
+    APPROX_KL,
     CLIP_FRACS,
     ENV_KWARGS,
     LIMITS,
@@ -75,6 +76,8 @@ from ragen_lib.analysis.mechanisms import (
     MIN_KL_SHARE,
     MIN_REASONING_TOKENS,
     MIN_REFERENCE_STATES,
+    MIN_STALENESS_GROWTH,
+    ONLINE_K,
     PER_TURN,
     actions_inactive,
     arm_reference,
@@ -83,6 +86,7 @@ from ragen_lib.analysis.mechanisms import (
     mechanism_inactive,
     per_turn_limit,
     reference,
+    staleness_inactive,
 )
 from ragen_lib.analysis.reporting import (
     Verdict,
@@ -159,6 +163,7 @@ __all__ = [
     "t_interval",
     "t_quantile",
     "underpowered",
+    "APPROX_KL",
     "CLIP_FRACS",
     "ENV_KWARGS",
     "LIMITS",
@@ -169,6 +174,8 @@ __all__ = [
     "MIN_KL_SHARE",
     "MIN_REASONING_TOKENS",
     "MIN_REFERENCE_STATES",
+    "MIN_STALENESS_GROWTH",
+    "ONLINE_K",
     "PER_TURN",
     "actions_inactive",
     "arm_reference",
@@ -177,6 +184,7 @@ __all__ = [
     "mechanism_inactive",
     "per_turn_limit",
     "reference",
+    "staleness_inactive",
     "LEARN_MARGIN",
     "UNRECORDED_MODEL",
     "judge",

@@ -41,8 +41,10 @@ class Claim:
     "noninferiority" (a is no worse than b by more than `margin`). mechanism: "clip" (either bound,
     arm a), "clip_high" (arm a raises ε_high over arm b: b's upper bound must clip), "kl" (arm a
     drops the KL reward arm b keeps: b's must be large enough to move returns), "filter" (arm
-    a), "think" (arm a's reasoning must be there: reasoning/length) or "actions" (the arms' per-turn
-    action limits must have separated their play: `actions_inactive`). env: whose floor and
+    a), "think" (arm a's reasoning must be there: reasoning/length), "actions" (the arms' per-turn
+    action limits must have separated their play: `actions_inactive`) or "staleness" (the arm with
+    the larger train.online_k must have updated further from its rollouts' policy:
+    `staleness_inactive`). env: whose floor and
     ceiling bound a success score (None: not a success). bound: a level the metric cannot pass, 0
     for a length or a diversity. A slope towards it can be no steeper than its early level's
     distance from it over the horizon (`slope_room`), and where that is under the MDE a fall smaller
@@ -176,7 +178,7 @@ LEVEL_SCORES = ("late", "auc", "peak", "max", "median")
 #: Scores that depend on how long a run trained: arms with different horizons are not compared.
 HORIZON_SCORES = ("late", "auc", "peak", "total", "slope", "collapse", "lead")
 
-MECHANISMS = ("clip", "clip_high", "kl", "filter", "think", "actions")
+MECHANISMS = ("clip", "clip_high", "kl", "filter", "think", "actions", "staleness")
 
 COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}
 """Collapse rows' MDE in steps per env: under the paper's gaps (GRPO at about 20 and 10 steps, PPO

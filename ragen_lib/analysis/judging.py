@@ -26,7 +26,9 @@ How a row is decided, in this order (the first that applies wins):
    arms: the smaller per-turn action limit dropped pieces on under 5% of its arm's turns and the
    larger limit's arm wrote no more actions a turn, on average, than the smaller allows, nor (the
    smaller limit at or under the env's default) past that default on 5% of its turns: 05's Table 3
-   arms then played alike).
+   arms then played alike; `staleness`, both arms: the arm with the larger train.online_k ran its
+   updates under twice as far from its rollouts' policy as the other, `policy/approx_kl`, or not at
+   all: 05's Fig. 10 arms then trained on rollouts about as fresh).
 4. INCONCLUSIVE "floor" / "ceiling": both arms' mean score within the MDE of the metric's
    `bound` (a claim other than a slope that names one: 06's reasoning length, bound 0) or its
    `ceiling` (06's consistency bonus, at most 0.2), or at

@@ -47,6 +47,16 @@ MIN_FILTER_STEPS = 10
 #: differed.
 MIN_ACTIONS_DROPPED = 0.05
 
+#: Two arms' rollouts differed in freshness (fig10's online-k; staleness claims) when the staler
+#: arm's updates ran a policy at least this many times as far from the one that played their
+#: rollout as the fresher arm's did: `policy/approx_kl`, KL(π_old ‖ π) before each optimizer step,
+#: each arm's mean over its steps. Under drift that grows with each step (a random walk: KL ∝ steps
+#: taken), online-k's k·M steps from one rollout average about (kM − 1)/(M − 1) times the fresh
+#: arm's M steps (M = 4 optimizer steps an update: 6.3 at k = 5, 2.3 at k = 2); a ratio under 2
+#: is a drift the noise floor (bf16 forwards on a GPU) or a policy that hardly moved dominates,
+#: where a stale rollout was about as fresh as a new one.
+MIN_STALENESS_GROWTH = 2.0
+
 #: A think arm thought when its parsed <think> text averaged at least this many tokens a turn, over
 #: all its turns (`reasoning/length` × `reasoning/matched`; think claims): an empty
 #: `<think></think>` passes the format check, and tags that matched on a few turns are not thinking.
@@ -63,13 +73,14 @@ def mechanism_inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) 
 def inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) -> tuple[str, str] | None:
     """(the arm that shows it, why) where the manipulated `mechanism` did not act between arms A and
     B; None where it did, or where the claim names none. Read on the arm `mechanism_arm` names:
-    both arms' limits for "actions" (`actions_inactive`); for "think" arm a, and arm b where it
+    both arms for "actions" (`actions_inactive`) and "staleness" (`staleness_inactive`), whose
+    mechanism is a difference between the arms; for "think" arm a, and arm b where it
     thinks too (06's "BanditRev keeps longer reasoning than Bandit": an arm b that wrote empty tags
     loses any length contest); else the one arm that shows it (`_arm_inactive`)."""
     if mechanism is None:
         return None
-    if mechanism == "actions":
-        why = actions_inactive(A, B)
+    if mechanism in TWO_ARM_CHECKS:
+        why = TWO_ARM_CHECKS[mechanism](A, B)
         return (mechanism_arm(mechanism), why) if why else None
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
@@ -201,9 +212,9 @@ CLIP_FRACS = ("policy/clip_frac_low", "policy/clip_frac_high")
 def mechanism_arm(mechanism: str | None) -> str:
     """Which arm shows whether `mechanism` acted: "b" for clip_high (the lower ε_high: the tokens
     its upper bound clips are the ones arm a's higher bound would let through) and for kl (the arm
-    that keeps the KL: "no KL beats KL"), "a and b" for actions (`actions_inactive`), else "a" (for
-    think, arm b too where it thinks: `inactive`)."""
-    if mechanism == "actions":
+    that keeps the KL: "no KL beats KL"), "a and b" for actions and staleness (`actions_inactive`,
+    `staleness_inactive`), else "a" (for think, arm b too where it thinks: `inactive`)."""
+    if mechanism in ("actions", "staleness"):
         return "a and b"
     return "b" if mechanism in ("clip_high", "kl") else "a"
 
@@ -294,6 +305,61 @@ def _past_default(part: pd.DataFrame, limit: int) -> tuple[float, int | None]:
     if len(defaults) != 1 or limit > (default := defaults.pop()):
         return math.nan, None
     return float(part[c].mean()), default
+
+
+ONLINE_K = "cfg.train.online_k"
+
+APPROX_KL = "policy/approx_kl"
+
+
+def staleness_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
+    """Why two arms' rollouts were about as fresh as each other, or None where the staler arm's were
+    staler (05's Fig. 10: online-1 against online-k). Taking k updates from one rollout makes its
+    later updates off-policy only where the policy moves between them: the staler arm (the larger
+    `train.online_k`) must have run its updates at least `MIN_STALENESS_GROWTH` times as far from the
+    policy that played its rollouts as the fresher arm did (`policy/approx_kl`, means over each
+    arm's logged steps; the fresher arm's is 0 where it takes one optimizer step a rollout, whose
+    ratio is 1). A policy that hardly moved over k updates played the same answers it was updated
+    with, and online-k then differs from online-1 only in how its initial states are batched."""
+    ks = {"a": _online_k(A), "b": _online_k(B)}
+    if None in ks.values():
+        which = "a" if ks["a"] is None else "b"
+        return f"arm {which}'s runs took different numbers of updates from a rollout ({ONLINE_K})"
+    if ks["a"] == ks["b"]:
+        return f"both arms take {ks['a']} update(s) from each rollout: freshness was not manipulated"
+    fresh, stale = sorted(ks, key=ks.get)
+    parts = {"a": A, "b": B}
+    for arm in (fresh, stale):
+        if APPROX_KL not in parts[arm] or parts[arm][APPROX_KL].isna().all():
+            return (
+                f"no {APPROX_KL} logged in arm {arm}: how far its updates ran from its rollouts' policy "
+                "is unknown"
+            )
+    drift = {arm: float(parts[arm][APPROX_KL].mean()) for arm in (fresh, stale)}
+    if drift[stale] > 0 and drift[stale] >= MIN_STALENESS_GROWTH * drift[fresh]:
+        return None
+    if not drift[stale] > 0:
+        return (
+            f"the online-{ks[stale]} arm ({stale}) ran every update at approx KL {_fmt(drift[stale])} "
+            "from the policy that played its rollout: the policy never moved, so no rollout went stale"
+        )
+    return (
+        f"the online-{ks[stale]} arm ({stale}) ran its updates at approx KL {_fmt(drift[stale])} from the "
+        f"policy that played their rollout, under {MIN_STALENESS_GROWTH:g}× the online-{ks[fresh]} arm's "
+        f"({fresh}) {_fmt(drift[fresh])}: the policy hardly moved between a rollout and its later updates, "
+        "so the staler arm's rollouts were about as fresh"
+    )
+
+
+def _online_k(part: pd.DataFrame) -> int | None:
+    """The one `train.online_k` of an arm's runs (1 where unrecorded: runs from before it), or None
+    where its runs differ."""
+    ks = set(part[ONLINE_K].fillna(1).astype(int)) if ONLINE_K in part else {1}
+    return ks.pop() if len(ks) == 1 else None
+
+
+TWO_ARM_CHECKS = {"actions": actions_inactive, "staleness": staleness_inactive}
+"""The mechanisms that are a difference between the arms, each read on both (`inactive`)."""
 
 
 MIN_REFERENCE_STATES = 64
