@@ -1749,6 +1749,15 @@ def test_a_late_score_needs_the_metric_on_the_last_third_of_the_steps():
     assert analysis.seed_scores(full[full["arm"] == "a"], claim)["score"].iloc[0] == pytest.approx(
         np.mean(np.arange(133, 200))
     )
+    # every score, not late and slope alone: two arms on one rising curve, arm b's cut at step 10
+    # of 30, had read REPRODUCED on auc (+0.3) and peak (+0.4) (an audit found it)
+    rising = runs_df({"a": lambda seed, step: step / 30, "b": lambda seed, step: step / 30})
+    rising.loc[(rising["arm"] == "b") & (rising["step"] >= 10), "val/success"] = np.nan
+    for score in ("auc", "peak", "median", "max", "total", "slope"):
+        cut = analysis.Claim("cut", "a rises higher", "val/success", 0.1, score=score)
+        row = analysis.judge(rising, cut, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+        assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("no scores"), (score, row)
+        assert "its last at 9" in row.reason, row.reason
 
 
 def test_where_both_arms_think_each_must_and_two_near_no_reasoning_sit_at_the_floor():

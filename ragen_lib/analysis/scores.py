@@ -95,19 +95,22 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
                 score = float("nan") if censored or unread else float(step - drop if drop is not None else 0)
         elif v.empty:
             score = float("nan")
+        elif v.index.max() < (late_from := int(late_tail(part["step"].drop_duplicates()).iloc[0])):
+            # A metric left unmeasured late (a length where no tags matched, distinct-2 of under
+            # DISTINCT_AT bigrams where the reasoning shrank) would score its early points as the
+            # whole run: a late mean of its early points, an auc or peak of a curve cut short (two
+            # arms on one rising curve, one cut at a third, differed by 0.3), a slope over the
+            # early steps alone. Not scored, whatever the score.
+            score = float("nan")
+            why = (
+                f"no {claim.metric} on the last third of its steps (from step {late_from}; its last at "
+                f"{int(v.index.max())}): the earlier ones say nothing of how the run ended"
+            )
         elif claim.score == "late":
-            # The last third of the metric's points that fall in the last third of the run's steps:
-            # a metric left unmeasured late (a length where no tags matched) would otherwise score
-            # its early points as the run's end.
-            late_from = int(late_tail(part["step"].drop_duplicates()).iloc[0])
+            # the last third of the metric's points that fall in the last third of the run's steps
             tail = late_tail(v)
             points = tail[tail.index >= late_from].to_numpy(float)
-            score = float(points.mean()) if len(points) else float("nan")
-            if not len(points):
-                why = (
-                    f"no {claim.metric} on the last third of its steps (from step {late_from}; its last at "
-                    f"{int(v.index.max())}): the earlier ones say nothing of how the run ended"
-                )
+            score = float(points.mean())
         elif claim.score == "auc":
             points, weights = v.to_numpy(float), _update_weights(v, part, horizon, claim.metric)
             score = float(np.average(points, weights=weights))
@@ -120,18 +123,7 @@ def seed_scores(df: pd.DataFrame, claim: Claim) -> pd.DataFrame:
         elif claim.score == "total":
             score = float(v.sum())
         elif claim.score == "slope":
-            # A metric left unmeasured late (distinct-2 of under DISTINCT_AT bigrams, where the
-            # reasoning shrank; a length where no tags matched) has a slope over the early steps
-            # alone, which says nothing of how the run ended: not scored.
-            late_from = int(late_tail(part["step"].drop_duplicates()).iloc[0])
-            if v.index.max() < late_from:
-                score = float("nan")
-                why = (
-                    f"no {claim.metric} on the last third of its steps (from step {late_from}; its last at "
-                    f"{int(v.index.max())}): a slope over the earlier ones says nothing of how the run ended"
-                )
-            else:
-                score = slope(v)
+            score = slope(v)
         else:
             raise ValueError(f"unknown score {claim.score!r}: {'|'.join(SCORES)}")
         if score != score and not why:
