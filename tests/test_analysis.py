@@ -1171,6 +1171,21 @@ def test_one_arm_claims_lead_and_slope_against_zero():
     assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.012)
     rising = runs_df({"a": lambda seed, step: 0.1 + (0.01 + 0.001 * seed) * step})
     assert analysis.judge(rising, slope, {"arm": "a"}, None).status == analysis.NOT_REPRODUCED
+    # one arm's seeds trained 150 and 30 steps: slopes over different lengths averaged into one
+    # score read REPRODUCED, where two such arms read "unequal horizons" (an audit found it)
+    mixed = pd.concat(
+        [
+            runs_df(
+                {"a": lambda seed, step: 0.9 - (0.001 + 0.0001 * seed) * step}, steps=150, seeds=(0, 1, 2)
+            ),
+            runs_df({"a": lambda seed, step: 0.9 - (0.001 + 0.0001 * seed) * step}, steps=30, seeds=(3, 4)),
+        ]
+    )
+    row = analysis.judge(mixed, slope, {"arm": "a"}, None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason == (
+        "unequal horizons: arm a's runs trained 150 / 30 steps: a slope score compares different lengths "
+        "of training"
+    )
     same = runs_df({"a": lambda seed, step: 0.9 - 0.01 * step})
     row = analysis.judge(same, slope, {"arm": "a"}, None)
     assert row.status == analysis.INCONCLUSIVE and row.reason == (
@@ -1868,6 +1883,32 @@ def test_a_metric_pinned_at_its_ceiling_in_both_arms_is_inconclusive():
     assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: both arms"), row
     with pytest.raises(ValueError, match="ceiling is for"):
         analysis.Claim("x", "t", "m", 0.1, score="total", ceiling=1.0)
+
+
+def test_a_one_arm_claim_above_chance_is_tested_against_random_play():
+    """Judged alone, arm a is tested against 0; above_chance also shifted that stand-in 0 by random
+    play, so the effect was the raw success and a run at Sokoban's random play read REPRODUCED
+    "above chance" (an audit found it)."""
+    claim = analysis.Claim(
+        "ac", "training beats random play", "val/success", 0.1, env="sokoban", above_chance=True
+    )
+    at_chance = runs_df({"a": lambda seed, step: 0.17 + 0.005 * seed}, val_size=512)  # mean 0.18
+    row = analysis.judge(at_chance, claim, {"arm": "a"}, None, floor_ceiling=(0.18, 1.0))
+    assert row.status == analysis.NOT_REPRODUCED and row.effect == pytest.approx(0.0, abs=1e-12), row
+    above = runs_df({"a": lambda seed, step: 0.6 + 0.005 * seed}, val_size=512)
+    row = analysis.judge(above, claim, {"arm": "a"}, None, floor_ceiling=(0.18, 1.0))
+    assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.43), row
+
+
+def test_a_non_inferiority_criterion_adds_the_margin_where_lower_is_better():
+    """Lower is better (direction −1): a is no worse than b by more than the margin when a <= b +
+    margin, which the verdict judged while the criterion printed a <= b − margin."""
+    faster = analysis.Claim(
+        "t", "a is no slower", "time/step", 5.0, direction=-1, kind="noninferiority", margin=5.0
+    )
+    assert "a <= b + 5 (non-inferiority margin)" in faster.criterion()
+    better = analysis.Claim("s", "a is no worse", "val/success", 0.1, kind="noninferiority", margin=0.1)
+    assert "a >= b − 0.1 (non-inferiority margin)" in better.criterion()
 
 
 def test_a_lead_criterion_names_its_indicator():

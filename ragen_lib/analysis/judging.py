@@ -285,11 +285,13 @@ def judge(
             row, reason=f"censored: {'; '.join(unfinished)}: a run that did not finish is not scored"
         )
     ha, hb = _horizons(A), _horizons(B)
-    if b is not None and claim.score in HORIZON_SCORES and (ha != hb or isinstance(ha, str)):
+    # one arm's runs of different lengths (its seeds averaged into one score) as much as two arms'
+    if claim.score in HORIZON_SCORES and (isinstance(ha, str) or (b is not None and ha != hb)):
         return replace(
             row,
-            reason=f"unequal horizons: arm a's runs trained {ha} steps, arm b's {hb}: a {claim.score} "
-            "score compares different lengths of training",
+            reason=f"unequal horizons: arm a's runs trained {ha} steps"
+            + ("" if b is None else f", arm b's {hb}")
+            + f": a {claim.score} score compares different lengths of training",
         )
     if b is not None and claim.metric.startswith(COST_PREFIXES) and "device" in df:
         # Runs shared with other findings train on whichever lease ran them, an H100 or an H200
@@ -395,10 +397,9 @@ def judge(
         if fa is None:
             return replace(row, reason="no data: above_chance needs the env's random play (floor_ceiling)")
         # from here on each arm's score is what it reached beyond its own random play
-        sa, sb = (
-            sa.assign(score=sa["score"] - fa[0], offset=fa[0]),
-            sb.assign(score=sb["score"] - fb[0], offset=fb[0]),
-        )
+        sa = sa.assign(score=sa["score"] - fa[0], offset=fa[0])
+        if b is not None:  # one arm: what it added beyond random play, against the 0 that stands in for b
+            sb = sb.assign(score=sb["score"] - fb[0], offset=fb[0])
         row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
         row.effect = (row.a - row.b) * claim.direction
         floor_note += f"; scored above each arm's own random play ({_pair(fa[0], fb[0])})"
