@@ -49,17 +49,19 @@ overrides = {}  # dotted config overrides applied to every run
 # wrote more actions a turn than the smaller allows, or past Sokoban's 5 on 5% of its turns or more
 # where the smaller is 5 or under (`rollout/actions_dropped`, `rollout/actions_written`,
 # `rollout/actions_past_default`, plotted); a 7-action arm that still writes 5 plays as the 5-action
-# arm does, and its row is INCONCLUSIVE. Fig. 10: online-1
-# converges faster than online-5 and online-10, scored as the mean validation success over every
-# logged point (the area under the curve per step, `auc`: of two runs that end level, the one that
-# rose earlier scores higher; MDE 0.1; the paper gives curves, no numbers). Each row INCONCLUSIVE at
-# the env's floor or ceiling or under-powered. Headline: the new-vocabulary Table 2 row. The
-# FrozenLake row is secondary: the paper's 21.5 vs 18.0 sit at and below FrozenLake's random play
-# (0.215, docs/FIDELITY.md), and a 95% CI of ±0.03 on a rate needs about 2,135 validation episodes
-# an arm where the paper profile's 5 seeds × 256 states give 1,280 (it reads under-powered there;
-# overrides={"train.val_size": 512} sizes it). (The
-# P×N arms are found from the data: the smoke profile shrinks P and N, so there the "about 4" arm
-# is the point whose N is nearest 4.)
+# arm does, and its row is INCONCLUSIVE. Fig. 10: online-1 converges faster than online-5 and
+# online-10, scored as the mean validation success over every logged point (the area under the curve
+# per step, `auc`: of two runs that end level, the one that rose earlier scores higher; MDE 0.1; the
+# paper gives curves, no numbers), where the k updates from one rollout made it stale (mechanism
+# `staleness`): the online-k arm's updates ran at least twice as far from the policy that played
+# their rollout as online-1's (`policy/approx_kl`, plotted), else a policy that hardly moved left
+# its rollouts about as fresh and the row is INCONCLUSIVE. Each row INCONCLUSIVE at the env's floor
+# or ceiling or under-powered. Headline: the new-vocabulary Table 2 row. The FrozenLake row is
+# secondary: the paper's 21.5 vs 18.0 sit at and below FrozenLake's random play (0.215,
+# docs/FIDELITY.md), and a 95% CI of ±0.03 on a rate needs about 2,135 validation episodes an arm
+# where the paper profile's 5 seeds × 256 states give 1,280 (it reads under-powered there;
+# overrides={"train.val_size": 512} sizes it). (The P×N arms are found from the data: the smoke
+# profile shrinks P and N, so there the "about 4" arm is the point whose N is nearest 4.)
 
 # %%
 import pandas as pd
@@ -177,6 +179,7 @@ def studies(df):
                 0.1,
                 score="auc",
                 env="sokoban",
+                mechanism="staleness",
             ),
             {"variant": "online-1"},
             {"variant": "online-5"},
@@ -189,6 +192,7 @@ def studies(df):
                 0.1,
                 score="auc",
                 env="sokoban",
+                mechanism="staleness",
             ),
             {"variant": "online-1"},
             {"variant": "online-10"},
@@ -233,6 +237,8 @@ for study, title in (
             for c in ("rollout/actions_written", "rollout/actions_dropped", "rollout/actions_past_default")
             if c in part and part[c].notna().any()
         ]
+    if study == "online" and "policy/approx_kl" in part:  # how stale its rollouts were: the mechanism
+        shown.append("policy/approx_kl")
     fig = plots.curves(part, shown, hue="variant", title=title)
     figures.append(plots.save(fig, profile, f"{finding}_{study}"))
 columns = [c for c in val_cols if pxn[c].notna().any()]

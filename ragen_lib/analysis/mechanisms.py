@@ -320,7 +320,9 @@ def staleness_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
     policy that played its rollouts as the fresher arm did (`policy/approx_kl`, means over each
     arm's logged steps; the fresher arm's is 0 where it takes one optimizer step a rollout, whose
     ratio is 1). A policy that hardly moved over k updates played the same answers it was updated
-    with, and online-k then differs from online-1 only in how its initial states are batched."""
+    with, and online-k then differs from online-1 only in how its initial states are batched.
+    Against a fresher arm at exactly 0 any drift passes, the noise of bf16 forwards included: the
+    check then catches only a policy that never moved, and errs toward judging the row."""
     ks = {"a": _online_k(A), "b": _online_k(B)}
     if None in ks.values():
         which = "a" if ks["a"] is None else "b"
