@@ -1911,6 +1911,24 @@ def test_a_non_inferiority_criterion_adds_the_margin_where_lower_is_better():
     assert "a >= b − 0.1 (non-inferiority margin)" in better.criterion()
 
 
+def test_two_arms_that_collapse_at_the_same_step_in_every_seed_are_a_tie():
+    """A collapse a − b of exactly 0 in every seed gave a CI of [0, 0] and NOT REPRODUCED, "no
+    delay", where the same tie of a rate reads "no spread" (an audit found it). A collapse a few
+    steps apart in one seed is a difference measured, and judged."""
+    claim = analysis.Claim("c", "a collapses later", "rollout/success", mde=5, score="collapse")
+    same = runs_df({"a": lambda seed, step: 0.6 if step < 10 + seed else 0.0,
+                    "b": lambda seed, step: 0.6 if step < 10 + seed else 0.0})  # fmt: skip
+    row = analysis.judge(same, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason == (
+        "no spread: both arms collapsed at the same step in every seed (mean step 14; a censored seed "
+        "held in both): the arms played alike up to their collapse, a tie that decides nothing"
+    )
+    apart = runs_df({"a": lambda seed, step: 0.6 if step < 10 + seed + (seed == 0) else 0.0,
+                     "b": lambda seed, step: 0.6 if step < 10 + seed else 0.0})  # fmt: skip
+    row = analysis.judge(apart, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.NOT_REPRODUCED, row
+
+
 def test_a_lead_criterion_names_its_indicator():
     """02's three leads per arm (reward std, entropy, sampled-token entropy) printed the same text."""
     lead = analysis.Claim("x", "t", "rollout/success", mde=2, score="lead", indicator="policy/entropy")

@@ -431,6 +431,16 @@ def judge(
             f"apart{note}",
         )
     tied = paired and b is not None and (sa["score"].to_numpy() == sb["score"].to_numpy()).all()
+    if claim.score == "collapse" and tied and claim.kind != "noninferiority":
+        # Two arms whose runs collapsed at the same step in every seed (or held in both) played
+        # alike up to their collapse: a tie, not a measured 0 that rules out a delay (a CI of [0, 0]
+        # read NOT REPRODUCED). A lead of 0 in every seed stays a measured result (below).
+        return replace(
+            row,
+            reason=f"no spread: both arms collapsed at the same step in every seed (mean step "
+            f"{_fmt(row.a)}; a censored seed held in both): the arms played alike up to their collapse, "
+            f"a tie that decides nothing{note}",
+        )
     if _is_rate(claim) and tied and claim.kind != "noninferiority":
         # Redrawn over episodes, a rate's CI always has width, and two identical arms read NOT
         # REPRODUCED. But a seed's episodes start from the same states with the same sampling
