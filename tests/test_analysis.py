@@ -646,6 +646,34 @@ def test_inactive_mechanism_is_inconclusive():
     )
 
 
+def test_a_mechanism_must_act_in_every_seed_not_on_the_arms_mean():
+    """Pooled over seeds, one seed carried an arm: a think arm that wrote 30 tokens a turn in seed 0
+    and empty tags in seeds 1-4 averaged 6, and the row was judged on all five seeds (an audit found
+    it; likewise one seed's clip fraction for clip-higher)."""
+    think = analysis.Claim("t4", "think beats no-think", "val/success", 0.1, mechanism="think")
+    df = runs_df({"a": 0.7, "b": 0.3}, **{"reasoning/matched": 1.0, "cfg.rollout.enable_think": False})
+    df["reasoning/length"] = np.where((df["arm"] == "a") & (df["cfg.train.seed"] == 0), 30.0, 0.0)
+    row = analysis.judge(df, think, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason == (
+        "mechanism did not act (think, arm a): in seed(s) [1, 2, 3, 4] of 5 (seed 1: its reasoning "
+        "averaged 0 tokens a turn over all its turns (< 1; 0 where the tags matched, on 100% of its "
+        "turns): the think arm did not think)"
+    )
+    every = df.assign(**{"reasoning/length": np.where(df["arm"] == "a", 30.0, 0.0)})
+    assert analysis.judge(every, think, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
+    clip_high = analysis.Claim("b", "ε_high 0.28 beats 0.2", "val/success", mde=0.1, mechanism="clip_high")
+    one_seed = df.assign(
+        **{"policy/clip_frac_high": np.where((df["arm"] == "b") & (df["cfg.train.seed"] == 0), 0.06, 0.0)}
+    )
+    row = analysis.judge(one_seed, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.reason == (
+        "mechanism did not act (clip_high, arm b): in seed(s) [1, 2, 3, 4] of 5 (seed 1: upper-bound clip "
+        "fraction 0 < 1%: the clip hardly acted)"
+    )
+
+
 def test_a_filter_arm_that_converged_chose_until_its_groups_tied():
     """Bandit: a group shares its payout, so once the filter arm always pulls the high-risk arm every
     group's std is 0 and there is nothing to choose. It chose until then (steps 0-39 of 150): the

@@ -14,7 +14,8 @@ How a row is decided, in this order (the first that applies wins):
    a run 07 shares with 01 may have trained on another lease's GPU); "runs per seed"
    when an arm's selector matches more than one run of a seed (they would be averaged into one
    score under one seed).
-3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert
+3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert, pooled
+   or in any one seed (`inactive` names the seeds)
    (`clip`: arm a's clip fraction, both bounds, below 1%; `clip_high`: arm b's upper-bound clip
    fraction below 1%, the tokens a higher ε_high in arm a would let through; either: one optimizer
    step per batch, so the ratio is always 1; `kl`: arm b's KL reward, kl_coef · Σ|KL_t| per

@@ -76,16 +76,42 @@ def inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) -> tuple[s
     both arms for "actions" (`actions_inactive`) and "staleness" (`staleness_inactive`), whose
     mechanism is a difference between the arms; for "think" arm a, and arm b where it
     thinks too (06's "BanditRev keeps longer reasoning than Bandit": an arm b that wrote empty tags
-    loses any length contest); else the one arm that shows it (`_arm_inactive`)."""
+    loses any length contest); else the one arm that shows it (`_arm_inactive`).
+
+    Read on each arm's runs together, then seed by seed: a mechanism must act in every seed the row
+    compares. Pooled, one seed carried the arm (a think arm that wrote 30 tokens a turn in seed 0 and
+    empty tags in seeds 1-4 averaged 6 and was judged on all five, four of them without the
+    manipulation; an audit found it). A seed one arm lacks is read against the other arm's whole."""
     if mechanism is None:
         return None
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
+    one_arm = B is A  # a one-arm claim: judge passes its one arm as both
+    found = _inactive(A, B, mechanism, one_arm)
+    if found or SEED not in A or SEED not in B:
+        return found
+    seeds = sorted(set(A[SEED].dropna()) | set(B[SEED].dropna()))
+    off = []
+    for seed in seeds if len(seeds) > 1 else []:
+        a, b = A[A[SEED] == seed], B[B[SEED] == seed]
+        if found := _inactive(a if len(a) else A, b if len(b) else B, mechanism, one_arm):
+            off.append((int(seed), found))
+    if not off:
+        return None
+    first, (arm, why) = off[0]
+    return arm, f"in seed(s) {[seed for seed, _ in off]} of {len(seeds)} (seed {first}: {why})"
+
+
+SEED = "cfg.train.seed"
+
+
+def _inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str, one_arm: bool) -> tuple[str, str] | None:
+    """`inactive` on the runs of A and B as one sample each."""
     if mechanism in TWO_ARM_CHECKS:
         why = TWO_ARM_CHECKS[mechanism](A, B)
         return (mechanism_arm(mechanism), why) if why else None
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
     arms = [("b", B)] if mechanism_arm(mechanism) == "b" else [("a", A)]
-    if mechanism == "think" and B is not A and _thinks(B):
+    if mechanism == "think" and not one_arm and _thinks(B):
         arms.append(("b", B))
     for name, part in arms:
         why = _arm_inactive(part, mechanism)
