@@ -147,7 +147,11 @@ class ModelConfig:
     name: str | None = None
     """"smollm2-135m-instruct" (embedded), "tiny-random", a .gguf path, a folder or a hub id.
     Left out (None): RAGEN_MODEL if set, else the embedded model; the config records which, so a
-    run's config.yaml and folder hash name the model that trained (another model: another run)."""
+    run's config.yaml and folder hash name the model that trained (another model: another run).
+    A relative path is kept as written, not made absolute: the hash names the same folder on every
+    machine a store is copied to. What the name loaded is the run's recorded fingerprint
+    (`models.fingerprint`): other weights under the name (another working folder, a folder written
+    over) train the run again (`runs.other_weights`)."""
     device: str | None = None
     """None: cuda when available, else cpu."""
     dtype: str = "auto"

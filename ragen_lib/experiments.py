@@ -446,7 +446,7 @@ def missing_runs(root, finding: str, pairs) -> list[dict]:
     out = []
     for cfg, labels in pairs:
         path = runs.run_dir(root, finding, cfg)
-        if not runs.stands(path, cfg):
+        if not runs.stands(path, cfg, model=False):  # the store alone, as `runs.load` reads it
             out.append({"run_id": path.name, **labels, **runs.config_columns(cfg.to_dict())})
     return out
 

@@ -204,7 +204,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "6af0d668c0d6",
     "ragen_lib.seeds": "f89b648e3869",
-    "ragen_lib.trainer": "5f373fb6fff9",
+    "ragen_lib.trainer": "bc953fc4ca44",
     "ragen_lib.warmup": "64c62cd5f3f1",
     "ragen_lib.work": "906d49cff14f",
 }

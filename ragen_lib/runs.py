@@ -23,6 +23,11 @@ What it promises (docs/RELIABILITY.md lists the tests that hold it to it):
   from its copy. A run is marked DONE only when its metric steps are exactly 0..N-1.
 - Every inconsistency is an error naming the file, what is wrong and the command that repairs it
   (`python -m ragen_lib repair RUN`, which moves files aside and never deletes results).
+- A run is the model it trained on, not only its name: DONE and every checkpoint record
+  `models.fingerprint` of the weights, and the grid and the CLI treat a run recorded on other
+  weights than its model's name loads here like one of older code (retired, results kept, trained
+  again: `other_weights`). A run without a record (stored before it) stands, and reading a store
+  (`load`) compares nothing with the machine it is read on.
 - Bounded disk: one checkpoint per unfinished run; a finished run keeps its metrics and samples
   (and its final weights only with `train.keep_final_weights`); a checkpoint a crash left beside
   DONE is removed by `drop_stale_checkpoint` (the grid calls it when it reuses the run).
@@ -241,6 +246,9 @@ class Run:
         self._contexts: list[bool] = []
         self._last_step: int | None = None
         self._resumed: tuple | None = None
+        self.model_fingerprint: str | None = None
+        """`models.fingerprint` of the model that trains this run, which the trainer sets once it has
+        loaded it: recorded in every checkpoint and in DONE (None: nothing recorded)."""
         cfg_file = self.path / "config.yaml"
         if cfg is None:
             recorded = any((self.path / f).exists() for f in (DONE, CKPT, FINAL_WEIGHTS))
@@ -478,20 +486,26 @@ class Run:
                 f"`{repair_command(self.path)}` moves its files aside (nothing is deleted) so it trains again"
             )
 
-    def outdated(self) -> str | None:
+    def outdated(self, *, model: bool = False) -> str | None:
         """Why this finished run is not reused although its config is the same: the changes to
         training since the revision its DONE records that touch its config (`revisions`), in a
-        sentence. None: it stands (or DONE does not read, which `problems` reports)."""
+        sentence. None: it stands (or DONE does not read, which `problems` reports). `model`: also
+        when it trained on other weights than its model's name loads here (`other_weights`), what
+        the grid and the CLI ask before they reuse it; `load` and `plot` read the store alone."""
         info = self.done_info()
-        return None if info is None else self._outdated(info.get("training_revision"))
+        return None if info is None else self._outdated(info, model=model)
 
-    def _outdated(self, revision) -> str | None:
+    def _outdated(self, record: dict, *, model: bool) -> str | None:
+        """`outdated` for `record`, the run's DONE or a checkpoint."""
         try:
             cfg = self.cfg or config.from_dict(self.saved_config())
         except (ValueError, TypeError, CorruptRunError):  # a config today's code refuses: the grid
             return None  # refuses it when it trains, and `problems` names an unreadable one
+        revision = record.get("training_revision")
         changes = revisions.since(revision, cfg)
-        return revisions.describe(revision, changes) if changes else None
+        if changes:
+            return revisions.describe(revision, changes)
+        return other_weights(record, cfg) if model else None
 
     def retire(self) -> Path:
         """Move what a training left (DONE, metrics, samples, final weights) to quarantine/<time>/
@@ -534,8 +548,13 @@ class Run:
             "steps": self.steps,
             "config_hash": self.config_hash,
             "config": self.cfg.to_dict() if self.cfg is not None else self.saved_config(),
+            **self._weights(),
             **_plain(summary),
         }
+
+    def _weights(self) -> dict:
+        """The model fingerprint to record, where the trainer gave one (`model_fingerprint`)."""
+        return {"model_fingerprint": self.model_fingerprint} if self.model_fingerprint else {}
 
     def drop_stale_checkpoint(self) -> int:
         """Remove the ckpt/ of a finished run and return the bytes freed (0: there was none). A
@@ -646,6 +665,7 @@ class Run:
             "config_hash": self.config_hash,
             "config": cfg,
             "training_revision": revisions.REVISION,
+            **self._weights(),
         }
 
     def save_checkpoint(self, step: int, state: dict) -> Path:
@@ -711,8 +731,8 @@ class Run:
         if self.done:
             raise ValueError(f"{self.path} is finished (DONE): nothing to resume")
         step, state = self.load_checkpoint()
-        why = None if state is None else self._outdated(state.get("training_revision"))
-        if why:  # resumed, the run would be half one code's training and half another's
+        why = None if state is None else self._outdated(state, model=True)
+        if why:  # resumed, the run would be half one code's (or one model's) training and half another's
             moved = self.retire()
             warnings.warn(
                 f"{self.path}'s checkpoint at step {step} was {why}: training restarts at step 0 "
@@ -1013,8 +1033,8 @@ def config_columns(cfg: dict) -> dict:
 
 
 def load(root, finding: str | None = None, *, include_running: bool = True, run_ids=None):
-    """One row per (run, step): run_id, finding, done, device (DONE's), step, the metrics, and
-    cfg.<dotted> columns;
+    """One row per (run, step): run_id, finding, done, device and model_fingerprint (DONE's), step,
+    the metrics, and cfg.<dotted> columns;
     `run_ids`: only those run folders (a leftover of an older grid, damaged or not, is not read).
 
     Never changes a file (runs may be training). A torn last line is left out with a warning; a
@@ -1057,14 +1077,21 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
         if not include_running and not done:
             continue
         flat = config_columns(cfg)
-        # where it trained (DONE's record; None while running): 07's seconds and GB compare only
-        # runs of one device, and a lease may land on an H100 or an H200
-        device = (run.done_info() or {}).get("device") if run.done else None
-        head = {"run_id": path.name, "finding": path.parent.name, "done": done, "device": device}
+        # where it trained and on which weights (DONE's record; None while running, or stored
+        # before the record): 07's seconds and GB compare only runs of one device, a lease may land
+        # on an H100 or an H200, and no claim compares runs of two models under one name
+        info = (run.done_info() or {}) if run.done else {}
+        head = {
+            "run_id": path.name,
+            "finding": path.parent.name,
+            "done": done,
+            "device": info.get("device"),
+            "model_fingerprint": info.get("model_fingerprint"),
+        }
         for m in metric_rows:
             rows.append({**head, **m, **flat})
     if not rows:
-        return pd.DataFrame(columns=["run_id", "finding", "done", "device", "step"])
+        return pd.DataFrame(columns=["run_id", "finding", "done", "device", "model_fingerprint", "step"])
     df = pd.DataFrame(rows)
     return df.replace({None: math.nan}) if df.isna().any().any() else df
 
@@ -1083,33 +1110,59 @@ def load_samples(root, finding: str, run_ids=None):
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run_id", "step", "seed", "thinks"])
 
 
-def finished_elsewhere(root, finding: str, name: str) -> Path | None:
+def finished_elsewhere(root, finding: str, name: str, *, model: bool = True) -> Path | None:
     """A finished, consistent run folder `name` (the same slug and config hash) under another finding
     of `root`, or None: findings share configs (01, 03 and 04 all train Bandit StarPO-PPO), and
-    training one twice cost a quarter of the quick profile's steps."""
+    training one twice cost a quarter of the quick profile's steps. Not one trained by older code or
+    (`model`) on other weights than its model's name loads here (`Run.outdated`)."""
     for other in sorted((Path(root) / "runs").glob(f"*/{name}")):
         if other.parent.name == finding or not (other / DONE).exists():
             continue
         try:
             run = Run(other)
             run.check_done()
-            if run.outdated():
-                continue  # trained by older code: its own finding's grid retrains it
+            if run.outdated(model=model):
+                continue  # trained by older code or on other weights: its own finding's grid retrains it
         except (CorruptRunError, OSError, ValueError):
             continue  # its own finding's grid names the problem; this one trains its own copy
         return other
     return None
 
 
-def stands(path: Path, cfg: Config) -> bool:
+def stands(path: Path, cfg: Config, *, model: bool = True) -> bool:
     """Whether a grid or the CLI stops at the run folder `path` without training it: its DONE stands
     (or does not read: they stop on it and name the repair), rather than no DONE, or one trained by
-    older code (`Run.outdated`). Reads only, without the lock: what `plan`, the model check and a
-    data-parallel rank other than 0 (which never opens the run) ask before anything is trained."""
+    older code or (`model`) on other weights than `cfg.model.name` loads here (`Run.outdated`).
+    Reads only, without the lock: what `plan`, the model check and a data-parallel rank other than 0
+    (which never opens the run) ask before anything is trained. `model=False`: the stored data
+    alone, as `load` judges it (`experiments.missing_runs`)."""
     info = read_done(path)  # read before looking for the file: a writer may be retiring it now
     if info is None:
         return (path / DONE).exists()
-    return not revisions.since(info.get("training_revision"), cfg)
+    if revisions.since(info.get("training_revision"), cfg):
+        return False
+    return not (model and other_weights(info, cfg))
+
+
+def other_weights(record: dict, cfg: Config) -> str | None:
+    """Why the run or checkpoint `record` (DONE, or a checkpoint's state) trained on other weights
+    than `cfg.model.name` loads here, in a phrase that follows "was": the name is the same, and so is
+    the folder's hash, but the file was written over, the wheel or the hub snapshot changed, or a
+    relative path was read from another working folder. None where it records no fingerprint (every
+    run stored before the record: it stands, rather than the world training again) or the model is
+    not on this machine (nothing to compare with: a store read where it was not trained)."""
+    then = record.get("model_fingerprint")
+    if not isinstance(then, str) or not then:
+        return None
+    from ragen_lib import models  # torch: only where a fingerprint is recorded
+
+    now = models.fingerprint_here(cfg.model.name)
+    if now is None or now == then:
+        return None
+    return (
+        f"trained on other weights under the name {cfg.model.name} ({then[:12]}… then, {now[:12]}… "
+        f"now, from {models.weights_of(cfg.model.name)})"
+    )
 
 
 def adopt(src: Path, dest: Path) -> bool:

@@ -62,6 +62,10 @@ def train(cfg: Config, run=None, *, progress: bool = True, checkpoints: bool = T
     # ---- resume: rank 0 reads the store and names its checkpoint; the others load the same file ----
     start, state = _resume(run, ranks)
     run = run if ranks.main else None  # only rank 0 writes metrics, samples and checkpoints
+    if run is not None:
+        # Recorded in its checkpoints and DONE: a grid that later finds other weights under this
+        # name here trains the run again rather than reuse or resume it (`runs.other_weights`).
+        run.model_fingerprint = models.fingerprint_here(cfg.model.name)
     warm = {}
     if state is None and t.warmup != "none":
         warm = warmup(policy, tok, cfg, device, progress=progress and ranks.main)

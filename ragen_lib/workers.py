@@ -85,8 +85,11 @@ def run_grid(
     paths = [runs.run_dir(root, finding, c) for c in cfgs]
     # Identical configs share one folder: train it once (two workers on one folder would collide).
     todo, failures = [], []
+    # Nothing trains with train=False: a run is then judged on the stored data alone, as `runs.load`
+    # and `experiments.missing_runs` read it, not on whether its weights are the ones here.
+    weights = train
     for path, cfg in {p: c for c, p in zip(cfgs, paths)}.items():
-        src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name)
+        src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name, model=weights)
         if src is not None and runs.adopt(src, path):
             print(f"reused from {src.parent.name}: {path.name} (the same config, finished there)")
         if not (path / runs.DONE).exists():
@@ -98,8 +101,8 @@ def run_grid(
             print(f"not reused: {e}")
             failures.append((path, e))
             continue
-        if not runs.stands(path, cfg):  # trained by older code: retired where it trains, locked
-            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name)):
+        if not runs.stands(path, cfg, model=weights):  # older code or other weights: retired where it trains
+            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name, model=weights)):
                 todo.append((cfg, path))  # (`reuse_finished`)
             continue
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
@@ -157,7 +160,7 @@ def _replace_outdated(path: Path, src: Path | None) -> bool:
         return False
     try:
         with runs.Run(path) as run:
-            if not run.done or run.outdated() is None:
+            if not run.done or run.outdated(model=True) is None:
                 return False
             box = run.retire()
             runs.adopt_into(src, run)
@@ -170,9 +173,10 @@ def _replace_outdated(path: Path, src: Path | None) -> bool:
 def reuse_finished(run: runs.Run) -> bool:
     """Whether the finished `run` (held locked) stands as it is; CorruptRunError when its files
     disagree with its DONE. One trained by older code that would train its config differently today
-    (`revisions`) has its files moved to quarantine/ and returns False: it trains again."""
+    (`revisions`), or on other weights than its model's name loads here (`runs.other_weights`), has
+    its files moved to quarantine/ and returns False: it trains again."""
     run.check_done()
-    why = run.outdated()
+    why = run.outdated(model=True)
     if why:
         box = run.retire()
         print(f"not reused: {run.path.name} was {why}. It trains again (its old files are in {box})")

@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragen_lib import config, files, revisions, runs
+from ragen_lib import config, experiments, files, models, revisions, runs
 from ragen_lib.files import DiskFullError
 from ragen_lib.runs import CorruptRunError, Run, RunLockedError, RunStoreWarning
 
@@ -501,6 +501,146 @@ def test_load_of_named_runs_skips_a_damaged_leftover_beside_them(tmp_path):
         f.write(b"garbage\n")
     with pytest.raises(CorruptRunError, match="is not a metric line"):
         runs.load(tmp_path, "f", run_ids={good.path.name})
+
+
+# --- other weights under one model name (models.fingerprint) -------------------------------------
+def model_folder(path, weights: bytes = b"weights 1"):
+    """A model folder `models.check` accepts (config.json, weights, a tokenizer), never loaded."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    (path / "tokenizer.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(weights)
+    return path
+
+
+def on(name: str, **train) -> config.Config:
+    return config.from_dict(
+        {"model": {"name": name}, "env": {"name": "bandit"}, "train": {"steps": 2, **train}}
+    )
+
+
+def train_here(trained: list):
+    """A grid's train_fn that records what `trainer.train` records: the model's fingerprint here."""
+
+    def train(cfg, run):
+        trained.append(run.path)
+        run.model_fingerprint = models.fingerprint_here(cfg.model.name)
+        for s in cfg.train.logged_steps:
+            run.log(s, {"success": 1.0})
+        run.mark_done()
+
+    return train
+
+
+def test_a_finished_run_on_other_weights_under_its_name_trains_again_its_results_kept(tmp_path, capsys):
+    """A folder written over by another fine-tune keeps its name, and so the run's folder: the grid
+    reused the run trained on the old weights, and a verdict mixed two models' runs under one name."""
+    folder = model_folder(tmp_path / "m")
+    cfg, trained = on(str(folder)), []
+    path = runs.run_dir(tmp_path, "f", cfg)
+    for _ in range(2):  # the same weights: trained once, then reused
+        experiments.run_grid(tmp_path, "f", [cfg], train_here(trained), progress=False)
+    then = Run(path).done_info()["model_fingerprint"]
+    assert trained == [path] and then == models.fingerprint(str(folder))
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    now = models.fingerprint(str(folder))
+    assert now != then and not runs.stands(path, cfg)
+    assert Run(path).outdated() is None  # the stored data alone (`load`, `plot`): it stands
+    capsys.readouterr()
+    experiments.run_grid(tmp_path, "f", [cfg], train_here(trained), progress=False)
+    assert trained == [path, path] and Run(path).done_info()["model_fingerprint"] == now
+    assert (
+        f"{path.name} was trained on other weights under the name {folder} ({then[:12]}… then, "
+        f"{now[:12]}… now, from folder {folder.resolve()}). It trains again"
+    ) in capsys.readouterr().out
+    [box] = (path / runs.QUARANTINE).iterdir()  # the old results, kept
+    assert json.loads((box / runs.DONE).read_text())["model_fingerprint"] == then
+
+
+def test_a_run_stored_before_fingerprints_were_recorded_stands(tmp_path):
+    """Every run of the store before this record has none: it stands, rather than the world
+    training again."""
+    folder = model_folder(tmp_path / "m")
+    cfg, trained = on(str(folder)), []
+    experiments.run_grid(tmp_path, "f", [cfg], train_here(trained), progress=False)
+    path = runs.run_dir(tmp_path, "f", cfg)
+    info = Run(path).done_info()
+    del info["model_fingerprint"]
+    (path / runs.DONE).write_text(json.dumps(info))
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    assert runs.stands(path, cfg)
+    experiments.run_grid(tmp_path, "f", [cfg], train_here(trained), progress=False)
+    assert trained == [path]
+
+
+def test_a_relative_model_path_from_another_working_folder_is_other_weights(tmp_path, monkeypatch, capsys):
+    """`./m` names one run folder from every working folder (absolutised, the names would differ from
+    machine to machine, and a store copied between them would train again); the fingerprint tells
+    the two folders' weights apart. Where `./m` is not, nothing is compared: the run stands."""
+    for where, weights in (("a", b"weights 1"), ("b", b"other weights")):
+        model_folder(tmp_path / where / "m", weights)
+    (tmp_path / "c").mkdir()
+    cfg, trained, store = on("./m"), [], tmp_path / "store"
+    path = runs.run_dir(store, "f", cfg)
+    monkeypatch.chdir(tmp_path / "a")
+    experiments.run_grid(store, "f", [cfg], train_here(trained), progress=False)
+    monkeypatch.chdir(tmp_path / "b")
+    assert not runs.stands(path, cfg)
+    experiments.run_grid(store, "f", [cfg], train_here(trained), progress=False)
+    assert trained == [path, path]
+    assert "now, from folder " in (out := capsys.readouterr().out) and "(a relative path, read from" in out
+    monkeypatch.chdir(tmp_path / "c")
+    assert runs.stands(path, cfg)
+    experiments.run_grid(store, "f", [cfg], lambda cfg, run: pytest.fail("trained"), progress=False)
+
+
+def test_a_checkpoint_trained_on_other_weights_is_not_resumed(tmp_path):
+    """Resumed, the run would be half one model's training and half another's."""
+    folder = model_folder(tmp_path / "m")
+    cfg = on(str(folder), steps=4)
+    with Run(tmp_path / "r", cfg) as run:
+        run.model_fingerprint = models.fingerprint(str(folder))
+        run.log(0, {"success": 0.5})
+        run.save_checkpoint(0, {"w": torch.zeros(2)})
+        assert runs.read_state(run.checkpoint_file())["model_fingerprint"] == run.model_fingerprint
+    with Run(tmp_path / "r", cfg) as again:
+        assert again.resume()[0] == 0  # the same weights: resumed
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    with (
+        Run(tmp_path / "r", cfg) as again,
+        pytest.warns(
+            RunStoreWarning, match=r"step 0 was trained on other weights under the name .*: training restarts"
+        ),
+    ):
+        assert again.resume() == (None, None) and again.metrics() == []
+        again.log(0, {"success": 0.5})
+        again.save_checkpoint(0, {"w": torch.zeros(2)})  # none recorded, as before the record
+    (folder / "model.safetensors").write_bytes(b"third weights!")
+    with Run(tmp_path / "r", cfg) as again:
+        assert again.resume()[0] == 0
+
+
+def test_reading_a_store_judges_no_run_by_the_model_here(tmp_path, monkeypatch):
+    """`load`, `missing_runs` and a grid that trains nothing (RAGEN_TRAIN=stored) read the stored data
+    alone, fingerprinting no model: a verdict is a function of the store wherever it is read. Only
+    the grid's questions (`stands`, `finished_elsewhere`) compare the weights."""
+    folder = model_folder(tmp_path / "m")
+    cfg = on(str(folder))
+    experiments.run_grid(tmp_path, "f", [cfg], train_here([]), progress=False)
+    path = runs.run_dir(tmp_path, "f", cfg)
+    then = Run(path).done_info()["model_fingerprint"]
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    assert runs.finished_elsewhere(tmp_path, "g", path.name) is None  # not adopted by another finding
+    monkeypatch.setattr(models, "fingerprint", lambda name: pytest.fail(f"fingerprinted {name}"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        df = runs.load(tmp_path, "f")
+    assert df["done"].all() and set(df["model_fingerprint"]) == {then}
+    assert experiments.missing_runs(tmp_path, "f", [(cfg, {})]) == []
+    experiments.run_grid(
+        tmp_path, "f", [cfg], lambda c, r: pytest.fail("trained"), progress=False, train=False
+    )
+    assert Run(path).done_info()["model_fingerprint"] == then
 
 
 def test_repair_fixes_what_its_messages_send_it_for(tmp_path, capsys):

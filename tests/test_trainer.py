@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ragen_lib import algorithms as A
-from ragen_lib import config, metrics, runs, seeds, trainer, warmup
+from ragen_lib import config, metrics, models, runs, seeds, trainer, warmup
 
 TINY = {
     "model": {"name": "tiny-random", "device": "cpu"},
@@ -329,10 +329,13 @@ def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path):
     assert done["device"] == "cpu" and done["commit"] == runs.git_commit() != ""  # provenance
     assert done["processes"] == 1  # part of the sampling streams (a resume with another count warns)
     assert done["config_hash"] == cfg.hash() and done["final"]["step"] == 1
+    # the weights it trained on: a grid retrains the run where the name loads other weights later
+    assert done["model_fingerprint"] == models.fingerprint("tiny-random")
     samples = (run.path / "samples.jsonl").read_text().splitlines()
     assert samples and "transcript" in json.loads(samples[0])
     df = runs.load(tmp_path, "t")
     assert len(df) == 2 and (df["cfg.algo.name"] == "starpo-ppo").all()
+    assert (df["model_fingerprint"] == done["model_fingerprint"]).all()
     # a finished run keeps its metrics and samples only: no checkpoint, no optimizer state
     left = runs.disk_usage(run.path)
     files = sorted(p.name for p in run.path.iterdir())
@@ -371,6 +374,7 @@ def test_keep_final_weights_keeps_weights_only(tmp_path):
         "config_hash",
         "config",
         "training_revision",
+        "model_fingerprint",
         "policy",
         "critic",
     }
@@ -411,6 +415,7 @@ def test_every_checkpoint_loads_as_plain_tensors_and_its_size_is_planned(tmp_pat
     [ckpt] = kept  # steps 0 and 1: the last step needs no checkpoint (DONE follows)
     state = torch.load(ckpt, weights_only=True)
     assert state["step"] == 0 and state["config_hash"] == cfg.hash() and state["processes"] == 1
+    assert state["model_fingerprint"] == models.fingerprint("tiny-random")  # a resume checks it
     assert ("critic" in state) == cfg.algo.critic and ("reference" in state) == (cfg.train.warmup != "none")
     assert ("v_star" in state) == (cfg.algo.advantage == "apo")
     planned = experiments.checkpoint_bytes(cfg)
