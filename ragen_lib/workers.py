@@ -87,9 +87,8 @@ def run_grid(
     todo, failures = [], []
     # Nothing trains with train=False: a run is then judged on the stored data alone, as `runs.load`
     # and `experiments.missing_runs` read it, not on whether its weights are the ones here.
-    weights = train
     for path, cfg in {p: c for c, p in zip(cfgs, paths)}.items():
-        src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name, model=weights)
+        src = None if path.exists() else runs.finished_elsewhere(root, finding, path.name, model=train)
         if src is not None and runs.adopt(src, path):
             print(f"reused from {src.parent.name}: {path.name} (the same config, finished there)")
         if not (path / runs.DONE).exists():
@@ -101,8 +100,8 @@ def run_grid(
             print(f"not reused: {e}")
             failures.append((path, e))
             continue
-        if not runs.stands(path, cfg, model=weights):  # older code or other weights: retired where it trains
-            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name, model=weights)):
+        if not runs.stands(path, cfg, model=train):  # older code or other weights: retired where it trains
+            if not _replace_outdated(path, runs.finished_elsewhere(root, finding, path.name, model=train)):
                 todo.append((cfg, path))  # (`reuse_finished`)
             continue
         if (path / runs.CKPT).exists():  # a crash after its DONE; if the run is locked, its writer removes it
