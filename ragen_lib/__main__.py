@@ -18,6 +18,7 @@ printed as one message saying what to do, with exit status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -636,16 +637,18 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError) as e:
-        root = _given_root(e, args)
+    except OSError as e:
+        # --out, RAGEN_OUTPUTS or RAGEN_CACHE naming a file where a folder goes, or a folder that
+        # cannot be written (no permission, a read-only mount: a store copied from a GPU host and
+        # mounted to read): the path is the fix, not the traceback.
+        unwritable = (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError)
+        root = _given_root(e, args) if isinstance(e, unwritable) or e.errno == errno.EROFS else None
         if root is None:
-            raise  # not under a folder the user named: a bug's traceback, kept
-        # --out, RAGEN_OUTPUTS or RAGEN_CACHE naming a file where a folder goes (or a folder that
-        # cannot be written): the path is the fix, not the traceback.
+            raise  # another error, or not under a folder the user named: a bug's traceback, kept
         hint = "; pass --png PATH where you can write" if root.startswith(("--png", "the run store")) else ""
         print(
-            f"error: {e}: {root} must be a folder this user can write (a file is there, or no "
-            f"permission){hint}",
+            f"error: {e}: {root} must be a folder this user can write (a file is there, no "
+            f"permission, or a read-only filesystem){hint}",
             file=sys.stderr,
         )
         return 2

@@ -1,3 +1,4 @@
+import errno
 from pathlib import Path
 
 import pytest
@@ -443,6 +444,14 @@ def test_command_line_paths_and_files_that_cannot_work_are_one_line_each(tmp_pat
     )
     with pytest.raises(PermissionError):
         main(["run", "params/examples/bandit_ppo.yaml", "--out", str(tmp_path / "out")])
+    # a store on a read-only mount (a GPU host's runs copied back to read): was an EROFS traceback
+    erofs = OSError(errno.EROFS, "Read-only file system", str(tmp_path / "ro" / "runs"))
+    monkeypatch.setattr(config, "load", lambda *a, **k: (_ for _ in ()).throw(erofs))
+    assert main(["run", "params/examples/bandit_ppo.yaml", "--out", str(tmp_path / "ro")]) == 2
+    assert (
+        f"--out {tmp_path / 'ro'} must be a folder this user can write (a file is there, no permission, "
+        "or a read-only filesystem)" in capsys.readouterr().err
+    )
     # --png with a suffix matplotlib cannot write: was its ValueError after loading and drawing
     assert main(["plot", str(tmp_path), "--png", "fig.pgn"]) == 2
     assert "--png fig.pgn: its suffix names the format; use one of .avif" in capsys.readouterr().err
