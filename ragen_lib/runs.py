@@ -374,6 +374,7 @@ class Run:
                 before.get("pid")
                 and before.get("host") == socket.gethostname()
                 and before["pid"] != os.getpid()
+                and not (self.path / DONE).exists()  # killed after its DONE: nothing left unfinished
             ):
                 if not _pid_alive(int(before["pid"])):
                     warnings.warn(

@@ -832,6 +832,24 @@ def test_a_second_process_is_refused_with_the_owners_pid_and_a_dead_owner_is_tak
         run = Run(path, CFG).lock()
     run.log(0, {})
     assert steps_of(run) == [0]
+    # a holder killed after the run's DONE (in its last cleanup) left its PID, but nothing
+    # unfinished: the grid that reuses the run said "taking over from PID …, which stopped without
+    # finishing" before "reused"
+    for step in range(1, CFG.train.steps):
+        run.log(step, {})
+    run.mark_done()
+    run.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], env=ENV, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunStoreWarning)
+        Run(path, CFG).lock().close()
 
 
 def test_a_newer_handle_in_the_same_process_supersedes_the_older(tmp_path):
