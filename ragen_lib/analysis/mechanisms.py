@@ -287,12 +287,14 @@ def actions_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
     2026-12-02, a larger arm that passed the smaller limit on a minority of its turns, with a mean
     under it, is not seen: the row then errs to INCONCLUSIVE."""
     limits = {"a": per_turn_limit(A), "b": per_turn_limit(B)}
-    if None in limits.values():
-        which = "a" if limits["a"] is None else "b"
-        return f"arm {which}'s runs played under different per-turn action limits ({PER_TURN})"
-    if limits["a"] == limits["b"]:
-        return f"both arms allow {limits['a']} actions a turn: no limit was manipulated"
-    small, large = sorted(limits, key=limits.get)
+    order = _ordered(
+        limits,
+        f"played under different per-turn action limits ({PER_TURN})",
+        f"both arms allow {limits['a']} actions a turn: no limit was manipulated",
+    )
+    if isinstance(order, str):
+        return order
+    small, large = order
     parts = {"a": A, "b": B}
     for arm, c in ((small, "rollout/actions_dropped"), (large, "rollout/actions_written")):
         if c not in parts[arm]:
@@ -317,6 +319,17 @@ def actions_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
         f"(< {MIN_ACTIONS_DROPPED:.0%}) and the {limits[large]}-action arm ({large}) wrote "
         f"{_fmt(written)} actions a turn (≤ {limits[small]}){also}: both played what either limit allowed"
     )
+
+
+def _ordered(settings: dict, differ: str, same: str) -> tuple[str, str] | str:
+    """("a"/"b" with the smaller of the arms' `settings`, the other), or why they cannot be ordered:
+    an arm whose runs differ in it ("arm a's runs " + `differ`), or both arms alike (`same`)."""
+    if None in settings.values():
+        return f"arm {'a' if settings['a'] is None else 'b'}'s runs {differ}"
+    if settings["a"] == settings["b"]:
+        return same
+    small, large = sorted(settings, key=settings.get)
+    return small, large
 
 
 def _past_default(part: pd.DataFrame, limit: int) -> tuple[float, int | None]:
@@ -352,12 +365,14 @@ def staleness_inactive(A: pd.DataFrame, B: pd.DataFrame) -> str | None:
     Against a fresher arm at exactly 0 any drift passes, the noise of bf16 forwards included: the
     check then catches only a policy that never moved, and errs toward judging the row."""
     ks = {"a": _online_k(A), "b": _online_k(B)}
-    if None in ks.values():
-        which = "a" if ks["a"] is None else "b"
-        return f"arm {which}'s runs took different numbers of updates from a rollout ({ONLINE_K})"
-    if ks["a"] == ks["b"]:
-        return f"both arms take {ks['a']} update(s) from each rollout: freshness was not manipulated"
-    fresh, stale = sorted(ks, key=ks.get)
+    order = _ordered(
+        ks,
+        f"took different numbers of updates from a rollout ({ONLINE_K})",
+        f"both arms take {ks['a']} update(s) from each rollout: freshness was not manipulated",
+    )
+    if isinstance(order, str):
+        return order
+    fresh, stale = order
     parts = {"a": A, "b": B}
     for arm in (fresh, stale):
         if APPROX_KL not in parts[arm] or parts[arm][APPROX_KL].isna().all():
