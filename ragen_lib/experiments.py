@@ -675,6 +675,9 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     workers = len(worker_slots(load_profile(profile)["runs_per_device"]))
     rows, to_load = [], set()
     earlier: set[str] = set()  # run folders an earlier finding of this plan trains (or has)
+    # With RAGEN_TRAIN=stored the grids judge the stored runs as they are, weights unchecked (as
+    # `run_grid(train=False)`): so does the plan, which then fingerprints no model either.
+    weights = train_mode() == "all"
     for name in names or findings():
         finding, pairs = variants(name, profile)  # a number names its finding (grid_file)
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
@@ -682,10 +685,11 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         shared = {
             p
             for p in unique
-            if not p.exists() and (p.name in earlier or runs.finished_elsewhere(root, finding, p.name))
+            if not p.exists()
+            and (p.name in earlier or runs.finished_elsewhere(root, finding, p.name, model=weights))
         }
         earlier |= {p.name for p in unique}
-        todo = [c for p, c in unique.items() if not runs.stands(p, c) and p not in shared]
+        todo = [c for p, c in unique.items() if not runs.stands(p, c, model=weights) and p not in shared]
         for model in {c.model.name for c in todo} - to_load:  # each once, before model_size reads it:
             models.check(model)  # a hub id not cached and not on the hub was transformers' traceback
         to_load |= {c.model.name for c in todo}

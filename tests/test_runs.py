@@ -641,6 +641,13 @@ def test_reading_a_store_judges_no_run_by_the_model_here(tmp_path, monkeypatch):
         tmp_path, "f", [cfg], lambda c, r: pytest.fail("trained"), progress=False, train=False
     )
     assert Run(path).done_info()["model_fingerprint"] == then
+    # the plan of RAGEN_TRAIN=stored (make replicate-all's first step) counts it stored, as its
+    # grid judges it: it had fingerprinted the model and planned the run as "not trained"
+    monkeypatch.setenv(experiments.TRAIN_ENV, "stored")
+    monkeypatch.setattr(experiments, "findings", lambda: ["f"])
+    monkeypatch.setattr(experiments, "variants", lambda name, profile, **kw: ("f", [(cfg, {"judged": True})]))
+    plan = experiments.plan("smoke", root=tmp_path)
+    assert (plan["findings"][0]["done"], plan["findings"][0]["to_train"]) == (1, 0)
 
 
 def test_repair_fixes_what_its_messages_send_it_for(tmp_path, capsys):
