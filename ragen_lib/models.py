@@ -273,14 +273,11 @@ def _check_gguf_tensors(path: Path, name: str, key: str) -> None:
         ) from None
 
 
+TOKENIZER_FILES = ("tokenizer.json", "*.model", "vocab.*", "*.tiktoken")
+"""A tokenizer's files, one of which a model folder needs (`FOLDER_FILES`)."""
 FOLDER_FILES = {
     "weights (*.safetensors, *.bin)": ("*.safetensors", "*.bin"),
-    "tokenizer (tokenizer.json, *.model, vocab.*, *.tiktoken)": (
-        "tokenizer.json",
-        "*.model",
-        "vocab.*",
-        "*.tiktoken",
-    ),
+    f"tokenizer ({', '.join(TOKENIZER_FILES)})": TOKENIZER_FILES,
 }
 """What a model folder needs beside config.json for `from_pretrained` (model and tokenizer)."""
 
@@ -399,8 +396,8 @@ FINGERPRINTED_EXTRA = (
     "merges.txt",
     "chat_template.*",
 )
-"""A model folder's files that `fingerprint` digests beside `FOLDER_FILES`' weights and tokenizer:
-the architecture, the end ids a turn stops at (`generation_config.json`) and the chat template and
+"""A model folder's files that `fingerprint` digests beside its weights and `TOKENIZER_FILES`: the
+architecture, the end ids a turn stops at (`generation_config.json`) and the chat template and
 special tokens every prompt is written with."""
 _SHA256: dict[tuple, str] = {}
 """`_sha256`'s digests in this process, by (resolved path, size, mtime_ns, ctime_ns)."""
@@ -415,9 +412,12 @@ def fingerprint(name: str | None = None) -> str:
 
     - the embedded model and a .gguf file: the file's sha256 (the conversion cache's key, so it
       is computed once a process for both);
-    - a folder: sha256 over its sorted (relative path, size, sha256) of config.json, `FOLDER_FILES`
-      and `FINGERPRINTED_EXTRA`;
-    - a hub id: the commit of its snapshot in the local Hugging Face cache (its `main`);
+    - a folder: sha256 over the sorted (relative path, size, sha256) of the files `load` reads
+      (`_loaded_files`: its weights, `TOKENIZER_FILES` and `FINGERPRINTED_EXTRA`), so a copy that
+      kept a fine-tune's training_args.bin, or dropped a README, is the same model;
+    - a hub id: the same over the files of its snapshot in the local Hugging Face cache (its
+      `main`), each named by the blob it links to, whose name is its contents' hash (so free to
+      read): a newer snapshot whose commit touched only a README is the same model;
     - tiny-random: a digest of the embedded model's fingerprint. Its weights come from seed 0 alone,
       but its vocabulary and token ids are the embedded tokenizer's, so a wheel with another GGUF
       makes another tiny-random model.
@@ -481,16 +481,31 @@ def _sha256(path: Path) -> str:
     return _SHA256[key]
 
 
-def _folder_fingerprint(folder: Path) -> str:
-    patterns = [*FINGERPRINTED_EXTRA, *(p for ps in FOLDER_FILES.values() for p in ps)]
-    files = sorted({f for p in patterns for f in folder.glob(p) if f.is_file()})
-    lines = (f"{f.relative_to(folder)}\t{f.stat().st_size}\t{_sha256(f)}\n" for f in files)
+def _loaded_files(folder: Path) -> list[Path]:
+    """The files of a model folder that `load` reads: its weights, the safetensors where it has them
+    (`from_pretrained` prefers them) and else its pytorch_model*.bin (not a fine-tune's
+    training_args.bin, nor a .bin left beside the safetensors), its tokenizer (`TOKENIZER_FILES`)
+    and `FINGERPRINTED_EXTRA`."""
+    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    others = [f for pattern in (*TOKENIZER_FILES, *FINGERPRINTED_EXTRA) for f in folder.glob(pattern)]
+    return sorted({f for f in (*weights, *others) if f.is_file()})
+
+
+def _folder_fingerprint(folder: Path, *, hub: bool = False) -> str:
+    """`fingerprint` of a model folder; `hub`: a hub snapshot, whose files link to blobs named by
+    their contents' hash (a weight's sha256, a small file's git hash), read instead of hashing."""
+
+    def content(f: Path) -> str:
+        return f.resolve().name if hub and f.is_symlink() else _sha256(f)
+
+    lines = (f"{f.relative_to(folder)}\t{f.stat().st_size}\t{content(f)}\n" for f in _loaded_files(folder))
     return _digest("".join(lines))
 
 
 def _hub_fingerprint(name: str) -> str:
-    """The commit of the cached snapshot of the hub id `name` (the one `from_pretrained` loads
-    offline): try_to_load_from_cache returns .../snapshots/<commit>/config.json."""
+    """The fingerprint of the cached snapshot of the hub id `name` (the one `from_pretrained` loads
+    offline; try_to_load_from_cache returns .../snapshots/<commit>/config.json), by its files'
+    contents, not its commit: a commit that changed no file the model loads is the same model."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -501,7 +516,7 @@ def _hub_fingerprint(name: str) -> str:
         raise _not_found(
             name, f"hub id {name!r} is not in the local Hugging Face cache: which weights it loads is unknown"
         )
-    return Path(found).parent.name[:FINGERPRINT_CHARS]
+    return _folder_fingerprint(Path(found).parent, hub=True)
 
 
 class ValueModel(nn.Module):

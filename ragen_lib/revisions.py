@@ -200,7 +200,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.envs.sokoban": "a5e7e084d912",
     "ragen_lib.envs.webshop": "17e63a47d59f",
     "ragen_lib.generation": "79b9fd627731",
-    "ragen_lib.models": "32d520677e23",
+    "ragen_lib.models": "f7f5180babc4",
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "6af0d668c0d6",
     "ragen_lib.seeds": "f89b648e3869",

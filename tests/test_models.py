@@ -2,6 +2,7 @@ import copy
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -278,15 +279,28 @@ def test_a_fingerprint_names_the_weights_a_name_loads_here(tmp_path, monkeypatch
     other.write_bytes(b"GGUF another")
     monkeypatch.setattr(models, "embedded_gguf", lambda: other)
     assert models.fingerprint(models.TINY_RANDOM) != tiny
-    # a hub id: the commit of its snapshot in the local cache, which moves with a newer download
+    # a folder copied with a fine-tune's training_args.bin, or a .bin beside its safetensors: the
+    # same weights load, the same model (a copied store had trained again; an audit found it)
+    fresh = models.fingerprint(str(folder))
+    for extra in ("training_args.bin", "pytorch_model.bin"):
+        (folder / extra).write_bytes(b"not loaded")
+        assert models.fingerprint(str(folder)) == fresh, extra
+    # a hub id: its snapshot's files by content, each the blob (named by its hash) it links to, so
+    # a newer snapshot whose commit changed only a README is the same model, and new weights are not
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     repo = tmp_path / "hub" / "models--org--model"
-    for commit in ("a" * 40, "b" * 40):
-        (repo / "snapshots" / commit).mkdir(parents=True)
-        (repo / "snapshots" / commit / "config.json").write_text("{}")
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / "main").write_text(commit)
-        assert models.fingerprint("org/model") == commit[: models.FINGERPRINT_CHARS]
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    prints = []
+    for commit, weights, readme in (("a", "w1", "r1"), ("b", "w1", "r2"), ("c", "w2", "r2")):
+        snapshot = repo / "snapshots" / (commit * 40)
+        snapshot.mkdir(parents=True)
+        for file, text in (("config.json", "{}"), ("model.safetensors", weights), ("README.md", readme)):
+            (repo / "blobs" / f"blob-{text}").write_text(text)
+            (snapshot / file).symlink_to(Path("..", "..", "blobs", f"blob-{text}"))
+        (repo / "refs" / "main").write_text(commit * 40)
+        prints.append(models.fingerprint("org/model"))
+    assert prints[0] == prints[1] != prints[2]
     # a name that loads nothing here: an error for `fingerprint`, None for the store's questions
     for gone in ("org/not-cached", str(tmp_path / "gone"), "./gone.gguf"):
         with pytest.raises(models.ModelNotFound):
