@@ -540,16 +540,16 @@ class Run:
         shutil.rmtree(self.path / CKPT, ignore_errors=True)  # a crash here: drop_stale_checkpoint
 
     def _done_record(self, summary: dict, revision: int | None) -> dict:
-        """What DONE holds: the training revision first (a DONE cut short still names it: repair's
-        rebuild reads it back; None: not recorded, which `outdated` reads as before the record), the
-        steps, the config and its hash (what `problems` checks), then `summary` (mark_done's final
-        row, commit and device; repair's rebuild has only the row)."""
+        """What DONE holds: the training revision and the model's fingerprint first (a DONE cut short
+        still names them: repair's rebuild reads them back; None: not recorded, which `outdated`
+        reads as before the record), the steps, the config and its hash (what `problems` checks),
+        then `summary` (mark_done's final row, commit and device; repair's rebuild has only the row)."""
         return {
             **({"training_revision": revision} if revision is not None else {}),
+            **self._weights(),
             "steps": self.steps,
             "config_hash": self.config_hash,
             "config": self.cfg.to_dict() if self.cfg is not None else self.saved_config(),
-            **self._weights(),
             **_plain(summary),
         }
 
@@ -967,14 +967,23 @@ class Run:
         if tail or [r["step"] for r in rows] != self.schedule:
             return []
         box = self._quarantine([file], copy=True)
-        first = re.match(rb'\{"training_revision": (\d+)', file.read_bytes())  # DONE's first key
+        cut = file.read_bytes()
+        first = re.match(rb'\{"training_revision": (\d+)', cut)  # DONE's first key
         revision = int(first.group(1)) if first else None
+        weights = re.search(rb'"model_fingerprint": "([0-9a-f]+)"', cut)  # its second (before: later)
+        self.model_fingerprint = weights.group(1).decode() if weights else None
         rebuilt = {"final": rows[-1], "rebuilt_by_repair": time.strftime("%Y-%m-%d %H:%M:%S")}
         write_atomic(file, json.dumps(self._done_record(rebuilt, revision)))
         return [
             f"{file} did not read and the metrics hold every step: rebuilt from them and config.yaml "
             f"(the commit and device it trained on are not recorded"
             + ("" if first else "; nor is the code's training revision, so the grid trains it again")
+            + (
+                ""
+                if weights
+                else "; nor is the model's fingerprint, so it stands on whatever weights its model's "
+                "name loads, as a run stored before the record"
+            )
             + f"; the old file is kept in {box})"
         ]
 

@@ -420,6 +420,7 @@ def test_repair_rebuilds_a_done_that_does_not_read_over_complete_metrics(tmp_pat
     hold every step: the run finished and only its summary was lost, but repair moved DONE aside and
     the whole run trained again from step 0."""
     run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.model_fingerprint = "0123456789abcdef"
     run.mark_done({"device": "NVIDIA H100"})
     run.close()
     whole = (run.path / "DONE").read_bytes()
@@ -432,10 +433,17 @@ def test_repair_rebuilds_a_done_that_does_not_read_over_complete_metrics(tmp_pat
     info = Run(run.path).done_info()
     assert info["steps"] == 12 and info["config_hash"] == Run(run.path).config_hash
     assert info["training_revision"] == revisions.REVISION  # DONE's first key: the cut kept it
+    # and its second, the weights it trained on: rebuilt without it, the run had stood on any
+    # weights, and no verdict saw two models under one name (an audit found it)
+    assert info["model_fingerprint"] == "0123456789abcdef"
     assert info["final"] == Run(run.path).metrics()[-1] and "device" not in info
     assert next((run.path / "quarantine").rglob("DONE")).read_bytes() == whole[: len(whole) // 2]
     assert Run(run.path).repair() == []  # repaired: nothing left to do
     assert runs.load(tmp_path, "f")["done"].all()
+    # cut before the fingerprint: the repair says the run now stands as one stored before the record
+    (run.path / "DONE").write_bytes(whole[:30])
+    assert "nor is the model's fingerprint, so it stands on whatever weights" in Run(run.path).repair()[0]
+    assert "model_fingerprint" not in Run(run.path).done_info()
 
 
 def test_repair_cuts_only_a_torn_line_after_a_finished_runs_last_step(tmp_path):
