@@ -863,7 +863,9 @@ class Run:
             if original is not None:
                 shutil.copy(box / "config.yaml", self.path / "config.yaml.edited")
                 write_atomic(cfg_file, yaml.safe_dump(original, sort_keys=False))
-                done.append("config.yaml restored from the run's own record; your edit is config.yaml.edited")
+                # a file that does not parse was cut or damaged (a copy, a full disk), not edited
+                was = "your edit" if saved_hash is not None else "the damaged file (it does not parse)"
+                done.append(f"config.yaml restored from the run's own record; {was} is config.yaml.edited")
             else:
                 everything = [p for p in self.path.iterdir() if p.name not in (QUARANTINE, LOCK)]
                 self._quarantine(everything)

@@ -705,8 +705,15 @@ def test_hand_edited_config_is_explained_and_repair_restores_it(tmp_path):
     assert "delete" not in msg.lower()
     actions = Run(run.path).repair()
     assert "restored" in actions[0] and "steps: 50" in (run.path / "config.yaml.edited").read_text()
+    assert actions[0].endswith("your edit is config.yaml.edited")
     with Run(run.path, CFG) as again:  # the original config again: resumes where it was
         assert again.resume()[0] == 5
+    # a config.yaml cut short (a copy, a full disk) is not an edit: repair had called it "your edit"
+    whole = cfg_file.read_bytes()
+    cfg_file.write_bytes(whole[: len(whole) // 2])
+    actions = Run(run.path).repair()
+    assert actions[0].endswith("the damaged file (it does not parse) is config.yaml.edited"), actions
+    assert cfg_file.read_bytes() == whole
 
 
 def test_a_repair_stopped_while_restoring_the_config_leaves_a_config_yaml(tmp_path, monkeypatch):
