@@ -672,6 +672,17 @@ def test_a_mechanism_must_act_in_every_seed_not_on_the_arms_mean():
         "mechanism did not act (clip_high, arm b): in seed(s) [1, 2, 3, 4] of 5 (seed 1: upper-bound clip "
         "fraction 0 < 1%: the clip hardly acted)"
     )
+    # only the seeds the row compares: a seed left out (here unscored: no success logged in arm b)
+    # does not make the row inconclusive, and is still named
+    four = one_seed.assign(**{"policy/clip_frac_high": np.where(one_seed["arm"] == "b", 0.06, 0.0)})
+    four.loc[four["cfg.train.seed"] == 4, "policy/clip_frac_high"] = 0.0
+    assert (
+        "in seed(s) [4] of 5"
+        in analysis.judge(four, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT).reason
+    )
+    four.loc[(four["cfg.train.seed"] == 4) & (four["arm"] == "b"), "val/success"] = np.nan
+    row = analysis.judge(four, clip_high, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.REPRODUCED and "(seeds [4] left out)" in row.power, row
 
 
 def test_a_filter_arm_that_converged_chose_until_its_groups_tied():

@@ -17,8 +17,9 @@ How a row is decided, in this order (the first that applies wins):
    that moved; runs stored before the record are left out of the count); "runs per seed"
    when an arm's selector matches more than one run of a seed (they would be averaged into one
    score under one seed).
-3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert, pooled
-   or in any one seed (`inactive` names the seeds)
+3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert on each
+   arm's runs together, or (once the seeds compared are known, step 5) in any one of them
+   (`inactive_seeds` names them)
    (`clip`: arm a's clip fraction, both bounds, below 1%; `clip_high`: arm b's upper-bound clip
    fraction below 1%, the tokens a higher ε_high in arm a would let through; either: one optimizer
    step per batch, so the ratio is always 1; `kl`: arm b's KL reward, kl_coef · Σ|KL_t| per
@@ -109,7 +110,7 @@ from ragen_lib.analysis.claims import (
     _pair,
 )
 from ragen_lib.analysis.curves import early_mean
-from ragen_lib.analysis.mechanisms import arm_reference, inactive
+from ragen_lib.analysis.mechanisms import arm_reference, inactive, inactive_seeds
 from ragen_lib.analysis.scores import _horizon, _horizons, seed_scores
 from ragen_lib.analysis.stats import censored_ci, effect_ci, power_statement, sign_test, underpowered
 from ragen_lib.metrics import format_rate_of
@@ -381,6 +382,13 @@ def judge(
     row.a, row.b = float(sa["score"].mean()), float(sb["score"].mean())
     row.effect = (row.a - row.b) * claim.direction
     row.format_valid = _late_format(A, None if b is None else B, claim.metric)
+    found = inactive_seeds(A, B, claim.mechanism, set(sa["seed"]) | set(sb["seed"]))
+    if found:  # acted on each arm's runs together, but not in every seed compared
+        arm, why = found
+        return replace(
+            row,
+            reason=f"mechanism did not act ({claim.mechanism}, arm {arm}): {why}{never_learned}{unscored}",
+        )
     floor_note = ""
     if claim.score not in ("collapse", "lead") and b is not None and fa is not None:
         # An arm more than the MDE below random play lost what random play keeps (answers out of

@@ -74,29 +74,33 @@ def mechanism_inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) 
 
 def inactive(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None) -> tuple[str, str] | None:
     """(the arm that shows it, why) where the manipulated `mechanism` did not act between arms A and
-    B; None where it did, or where the claim names none. Read on the arm `mechanism_arm` names:
-    both arms for "actions" (`actions_inactive`) and "staleness" (`staleness_inactive`), whose
-    mechanism is a difference between the arms; for "think" arm a, and arm b where it
-    thinks too (06's "BanditRev keeps longer reasoning than Bandit": an arm b that wrote empty tags
-    loses any length contest); else the one arm that shows it (`_arm_inactive`).
-
-    Read on each arm's runs together, then seed by seed: a mechanism must act in every seed the row
-    compares. Pooled, one seed carried the arm (a think arm that wrote 30 tokens a turn in seed 0 and
-    empty tags in seeds 1-4 averaged 6 and was judged on all five, four of them without the
-    manipulation; an audit found it). A seed one arm lacks is read against the other arm's whole."""
+    B, each read on its runs together; None where it did, or where the claim names none. Read on
+    the arm `mechanism_arm` names: both arms for "actions" (`actions_inactive`) and "staleness"
+    (`staleness_inactive`), whose mechanism is a difference between the arms; for "think" arm a,
+    and arm b where it thinks too (06's "BanditRev keeps longer reasoning than Bandit": an arm b
+    that wrote empty tags loses any length contest); else the one arm that shows it
+    (`_arm_inactive`). `inactive_seeds` asks the same of each seed a row compares."""
     if mechanism is None:
         return None
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}: {' | '.join(MECHANISMS)}")
-    one_arm = B is A  # a one-arm claim: judge passes its one arm as both
-    found = _inactive(A, B, mechanism, one_arm)
-    if found or SEED not in A or SEED not in B:
-        return found
-    seeds = sorted(set(A[SEED].dropna()) | set(B[SEED].dropna()))
+    return _inactive(A, B, mechanism, one_arm=B is A)  # a one-arm claim: judge passes its arm as both
+
+
+def inactive_seeds(A: pd.DataFrame, B: pd.DataFrame, mechanism: str | None, seeds) -> tuple[str, str] | None:
+    """`inactive` seed by seed, over `seeds` (those the row compares: a seed left out as never
+    learned or unscored does not count): (arm, "in seed(s) [...] of N (seed s: why)") where the
+    mechanism did not act in one or more of them, though it did on each arm's runs together.
+    Pooled, one seed carried an arm: a think arm that wrote 30 tokens a turn in seed 0 and empty
+    tags in seeds 1-4 averaged 6 and was judged on all five, four without the manipulation (an
+    audit found it). A seed one arm lacks is read against the other arm's whole."""
+    if mechanism is None or SEED not in A or SEED not in B:
+        return None
+    seeds = sorted(seeds)
     off = []
     for seed in seeds if len(seeds) > 1 else []:
         a, b = A[A[SEED] == seed], B[B[SEED] == seed]
-        if found := _inactive(a if len(a) else A, b if len(b) else B, mechanism, one_arm):
+        if found := _inactive(a if len(a) else A, b if len(b) else B, mechanism, one_arm=B is A):
             off.append((int(seed), found))
     if not off:
         return None
