@@ -1987,8 +1987,8 @@ def test_two_arms_that_collapse_at_the_same_step_in_every_seed_are_a_tie():
                     "b": lambda seed, step: 0.6 if step < 10 + seed else 0.0})  # fmt: skip
     row = analysis.judge(same, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE and row.reason == (
-        "no spread: both arms collapsed at the same step in every seed (mean step 14; a censored seed "
-        "held in both): the arms played alike up to their collapse, a tie that decides nothing"
+        "no spread: in every seed both arms collapsed at the same step, or neither did (mean step 14): "
+        "the arms played alike up to their collapse, a tie that decides nothing"
     )
     apart = runs_df({"a": lambda seed, step: 0.6 if step < 10 + seed + (seed == 0) else 0.0,
                      "b": lambda seed, step: 0.6 if step < 10 + seed else 0.0})  # fmt: skip

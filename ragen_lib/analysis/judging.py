@@ -474,9 +474,9 @@ def judge(
         # read NOT REPRODUCED). A lead of 0 in every seed stays a measured result (below).
         return replace(
             row,
-            reason=f"no spread: both arms collapsed at the same step in every seed (mean step "
-            f"{_fmt(row.a)}; a censored seed held in both): the arms played alike up to their collapse, "
-            f"a tie that decides nothing{note}",
+            reason=f"no spread: in every seed both arms collapsed at the same step, or neither did "
+            f"(mean step {_fmt(row.a)}): the arms played alike up to their collapse, a tie that decides "
+            f"nothing{note}",
         )
     if _is_rate(claim) and tied and claim.kind != "noninferiority":
         # Redrawn over episodes, a rate's CI always has width, and two identical arms read NOT
