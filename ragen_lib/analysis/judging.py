@@ -9,9 +9,11 @@ How a row is decided, in this order (the first that applies wins):
    (seeds per arm); a pilot arm's row stays PILOT and names them too.
 2. INCONCLUSIVE "no data" when an arm has no runs, or the metric (a lead's indicator too) was
    never logged; "censored" when a run of either arm did not finish (`done` false: stopped, or
-   still running; its last steps are missing, so its score is not the design's); "different
-   devices" when a time/ or memory/ claim's runs trained on more than one device (DONE's record:
-   a run 07 shares with 01 may have trained on another lease's GPU); "different weights" when the
+   still running; its last steps are missing, so its score is not the design's); "unequal
+   horizons" when a score that depends on how long a run trained (`HORIZON_SCORES`) would compare
+   runs of different lengths, across the arms or within one; "different devices" when a time/ or
+   memory/ claim's runs trained on more than one device (DONE's record: a run 07 shares with 01
+   may have trained on another lease's GPU); "different weights" when the
    runs of both arms that share one model name recorded more than one model fingerprint (DONE's
    `model_fingerprint`: a folder written over by another fine-tune, another wheel, a hub snapshot
    that moved; runs stored before the record are left out of the count); "runs per seed"
