@@ -23,6 +23,7 @@ import yaml
 from ragen_lib import envs
 from ragen_lib.algorithms import (
     ADVANTAGE_ESTIMATORS,
+    CRITIC_ESTIMATORS,
     FILTER_MODES,
     KL_ESTIMATORS,
     KL_REWARD_ESTIMATORS,
@@ -240,6 +241,11 @@ class EnvConfig:
             envs.make(self.name, **self.kwargs)  # the env's own checks, here rather than mid-rollout
         except (TypeError, ValueError) as e:
             raise ValueError(f"env.kwargs {self.kwargs!r} rejected by env {self.name!r}: {e}") from None
+        # One expert step of each env a run plays: a new env's broken contract (a seed it ignores,
+        # an info without "success") would otherwise train and report wrong numbers without a word.
+        envs.check(self.name, **self.kwargs)
+        for name in self.eval_envs:
+            envs.check(name)
 
 
 @dataclass(frozen=True)
@@ -324,8 +330,10 @@ class AlgoConfig:
         _choice("algo.filter_mode", self.filter_mode, FILTER_MODES)
         _choice("algo.loss_mask", self.loss_mask, LOSS_MASKS)
         _choice("algo.apo_reward_scale", self.apo_reward_scale, ("range", "none"))
-        if self.advantage == "gae" and not self.critic:
-            raise ValueError("algo.advantage=gae needs a critic: set algo.critic=true or use grpo")
+        if self.advantage in CRITIC_ESTIMATORS and not self.critic:
+            raise ValueError(
+                f"algo.advantage={self.advantage} needs a critic: set algo.critic=true or use grpo"
+            )
         if self.kl_coef > 0 and self.kl_in_reward and self.advantage not in KL_REWARD_ESTIMATORS:
             # The KL reward is a per-token reward; an estimator built on the trajectory reward alone
             # never reads it, so the run would log policy/kl_ref with no KL acting.
@@ -343,11 +351,12 @@ class AlgoConfig:
                 f"algo.objective=apo with algo.advantage={self.advantage}: the A*-PO regression needs "
                 "the apo estimator's V* targets. Set algo.advantage=apo (algo.name=apo has both)"
             )
-        if self.critic and self.advantage != "gae":
+        if self.critic and self.advantage not in CRITIC_ESTIMATORS:
             # Only GAE reads the values; a critic beside grpo or apo costs a model copy and its
             # updates for nothing (verl turns it off for GRPO: ray_trainer.py:283-289).
             raise ValueError(
-                f"algo.critic=true with algo.advantage={self.advantage}: only gae uses a critic, so it "
+                f"algo.critic=true with algo.advantage={self.advantage}: only "
+                f"{'/'.join(CRITIC_ESTIMATORS)} uses a critic, so it "
                 f"would train a value model nothing reads. Add algo.critic=false (e.g. StarPO-S with GRPO, "
                 f"RAGEN's sokoban-s-grpo: algo.name=starpo-s algo.advantage=grpo algo.critic=false)"
             )

@@ -144,7 +144,12 @@ class Episode:
             self.actions_left -= 1
             if terminated or truncated:
                 self.terminated, self.truncated = terminated, truncated and not terminated
-                self.success = bool(terminated and info.get("success", False))
+                if "success" not in info:  # else a solved episode would count as failed, silently
+                    raise TypeError(
+                        f"env {self.env.name!r}: step({action!r}) returned info without 'success' "
+                        f"({info!r}); every info carries it (ragen_lib/envs/base.py)"
+                    )
+                self.success = bool(terminated and info["success"])
                 break
         penalty = self.cfg.format_reward if parsed.format_valid else self.cfg.format_penalty
         self.turns.append(

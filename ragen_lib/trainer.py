@@ -209,6 +209,8 @@ def train(cfg: Config, run=None, *, progress: bool = True, checkpoints: bool = T
             a,
         )
         data.update(fwd, advantages=adv, returns=returns)
+        if not with_ref:  # its zeros are no reference: an objective that reads it fails by name (below)
+            del data["ref_logp"]
 
         # ---- mini-batch updates ----
         t2 = time.perf_counter()
@@ -380,13 +382,29 @@ def _update(
                         ent.detach().cpu(),
                     )
                     mb["old_logp"] = logp.detach()
-                loss, s = objective(logp, mb, a, token_share=token_share, seq_share=len(rows) / len(mb_rows))
+                try:
+                    loss, s = objective(
+                        logp, mb, a, token_share=token_share, seq_share=len(rows) / len(mb_rows)
+                    )
+                except KeyError as e:
+                    if e.args != ("ref_logp",):
+                        raise
+                    raise KeyError(
+                        f"algo.objective={a.objective!r} reads mb['ref_logp'], which the trainer computes "
+                        "only for the objectives in algorithms.OBJECTIVES_WITH_REFERENCE: add it there"
+                    ) from None
                 part["loss/policy"] += loss.detach()  # read once, at the end of the update
                 for k, v in s.items():
                     if k in part:
                         part[k] += v
-                    else:
+                    elif k in stats:
                         stats[k].append(v)
+                    else:  # every rank reduces the same keys, declared before the first update
+                        raise KeyError(
+                            f"algo.objective={a.objective!r} returned the stat {k!r}, which "
+                            "metrics.UPDATE_KEYS does not list: add it there, and its meaning to "
+                            "metrics.METRICS"
+                        )
                 if a.kl_coef and not a.kl_in_reward:  # GRPO's KL: a loss term
                     kl_now = A.kl_penalty(logp, mb["ref_logp"], kind=a.kl_estimator)
                     loss = loss + a.kl_coef * A.masked_mean(kl_now, mb["loss_mask"]) * token_share
@@ -437,7 +455,7 @@ def _batch_metrics(
     the sampler–update log-prob gap over the kept rows' generated tokens (read from the rollout batch
     here, not carried in `data`, which every micro-batch copies to the device)."""
     mask, sampled = data["loss_mask"], full.loss_mask[shard.rows]  # the loss's tokens; the model's own
-    kl = A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1")
+    kl = A.kl_penalty(data["old_logp"], data["ref_logp"], kind="k1") if with_ref else None
     gap = (full.sample_logprobs[shard.rows] - data["old_logp"]).abs()
     return {
         "rollout/logprob_gap": float(ranks.masked_mean(gap, sampled)),

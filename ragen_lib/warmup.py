@@ -174,6 +174,11 @@ def _plan_turn(ep: Episode, pick: np.random.Generator, random_actions: bool) -> 
     acts: list[str] = []
     for _ in range(min(ep.env.max_actions_per_turn, ep.actions_left)):
         a = shadow.random_action(pick) if random_actions else shadow.expert_action()
+        if shadow.parse_action(a) is None:  # the warm-up would teach an answer scored invalid
+            raise ValueError(
+                f"env {ep.env.name!r}: {'random' if random_actions else 'expert'}_action() returned "
+                f"{a!r}, which parse_action rejects; return an action the parser accepts"
+            )
         acts.append(a)
         if shadow.step(a)[2]:
             break

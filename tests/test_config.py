@@ -457,3 +457,16 @@ def test_command_line_paths_and_files_that_cannot_work_are_one_line_each(tmp_pat
     assert "--png fig.pgn: its suffix names the format; use one of .avif" in capsys.readouterr().err
     assert main(["plot", str(tmp_path), "--png", "fig"]) == 2  # no suffix (a .png) passes the check:
     assert "no runs with metrics under" in capsys.readouterr().err  # it fails on the empty store
+
+
+def test_which_estimators_use_a_critic_is_the_registrys_word(monkeypatch):
+    """A new estimator that reads the critic's values is declared once, in CRITIC_ESTIMATORS; the
+    config's two critic checks follow it (they once named gae in their code)."""
+    from ragen_lib import algorithms as A
+
+    monkeypatch.setitem(A.ADVANTAGE_ESTIMATORS, "gae-raw", A.ADVANTAGE_ESTIMATORS["gae"])
+    monkeypatch.setattr(config, "CRITIC_ESTIMATORS", ("gae", "gae-raw"))
+    cfg = config.from_dict({}, {"algo.advantage": "gae-raw", "algo.kl_coef": 0.0})
+    assert cfg.algo.critic and cfg.algo.advantage == "gae-raw"
+    with pytest.raises(ValueError, match="algo.advantage=gae-raw needs a critic"):
+        config.from_dict({}, {"algo.advantage": "gae-raw", "algo.critic": False, "algo.kl_coef": 0.0})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ragen_lib.config import RolloutConfig
-from ragen_lib.envs import REGISTRY, env_class, env_fields, make
+from ragen_lib.envs import REGISTRY, TextEnv, env_class, env_fields, make
 from ragen_lib.envs.bandit import VARIANTS, BanditEnv
 from ragen_lib.envs.frozenlake import FROZEN, FrozenLakeEnv
 from ragen_lib.envs.sokoban import SokobanEnv
@@ -318,3 +318,140 @@ def test_webshop_expert_solves_every_eval_instruction():
         steps = [env.step(env.expert_action()) for _ in range(3)]  # search, click, buy
         _, r, term, _, info = steps[-1]
         assert term and info["success"] and r == 1.0
+
+
+# --- the env contract, checked when a config names the env (before any model loads) ----------
+class _Walk(TextEnv):
+    """A correct little env: reach position 3 from 0 with Right."""
+
+    name = "walk"
+    actions = ("Left", "Right")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = int(self.np_random.integers(0, 2))
+        return self.render(), {"success": False}
+
+    def step(self, action):
+        self.pos += 1 if action == "Right" else -1
+        done = self.pos >= 3
+        return self.render(), float(done), done, False, {"success": done}
+
+    def render(self):
+        return f"position {self.pos} of 3"
+
+    def expert_action(self):
+        return "Right"
+
+
+class _NoRender(_Walk):
+    render = TextEnv.render
+
+    def reset(self, *, seed=None, options=None):
+        super(_Walk, self).reset(seed=seed)
+        self.pos = 0
+        return "start", {"success": False}
+
+
+class _NoSuccess(_Walk):
+    def step(self, action):
+        obs, r, term, trunc, _ = super().step(action)
+        return obs, r, term, trunc, {}
+
+
+class _GymStep(_Walk):
+    def step(self, action):
+        return super().step(action)[:3] + ({"success": False},)
+
+
+class _ExpertUnparsed(_Walk):
+    def expert_action(self):
+        return "Stay"  # step would take it; the parser rejects it, so the warm-up would teach it
+
+
+class _NoActions(_Walk):
+    actions = ()
+
+
+class _GlobalRandom(_Walk):
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = int(np.random.randint(0, 10**6))  # the module's generator: not reseeded
+        return self.render(), {"success": False}
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    import ragen_lib.envs as envs
+
+    def register(cls):
+        monkeypatch.setitem(envs.REGISTRY, cls.name, (cls, {}))
+        return cls.name
+
+    return register
+
+
+def test_a_correct_env_passes_the_contract_check(registered):
+    from ragen_lib import config
+
+    name = registered(_Walk)
+    assert config.from_dict({"env": {"name": name}}).env.name == "walk"
+
+
+@pytest.mark.parametrize(
+    "cls, says",
+    [
+        (_NoRender, r"does not implement render\(\)"),
+        (_NoSuccess, r"info without 'success'"),
+        (_GymStep, r"step\(\) returned 4 values"),
+        (_ExpertUnparsed, r"expert_action\(\) returned 'Stay', which parse_action rejects"),
+        (_NoActions, r"no `actions` and keeps TextEnv.parse_action"),
+        (_GlobalRandom, r"reset\(seed=0\) twice gave two states"),
+    ],
+)
+def test_a_broken_env_is_named_when_the_config_is_built(registered, cls, says):
+    from ragen_lib import config
+
+    class Broken(cls):
+        name = "broken"
+
+    name = registered(Broken)
+    np.random.seed(0)
+    with pytest.raises((TypeError, ValueError), match=says) as e:
+        config.from_dict({"env": {"name": name}})
+    assert "env 'broken' (Broken)" in str(e.value)
+
+
+def test_every_registered_env_keeps_the_contract():
+    from ragen_lib.envs import check
+
+    for name in REGISTRY:
+        check(name)
+
+
+def test_an_info_without_success_at_the_end_stops_the_episode_not_the_metric():
+    from ragen_lib.rollout import Episode
+
+    class QuietEnd(_Walk):  # carries "success" until the step that solves it
+        def step(self, action):
+            obs, r, term, trunc, info = super().step(action)
+            return obs, r, term, trunc, ({} if term else info)
+
+    ep = Episode(QuietEnd(), 0)
+    with pytest.raises(TypeError, match=r"env 'walk': step\('Right'\) returned info without 'success'"):
+        ep.step("</think><answer>Right || Right || Right</answer>")
+
+
+def test_an_expert_the_parser_rejects_midway_stops_the_warmup():
+    from ragen_lib.rollout import Episode
+    from ragen_lib.warmup import _plan_turn
+
+    class LateStay(_Walk):  # right at first, then an action no parser accepts
+        def expert_action(self):
+            return "Right" if self.pos < 2 else "Stay"
+
+    ep = Episode(LateStay(), 0)
+    with pytest.raises(
+        ValueError, match=r"env 'walk': expert_action\(\) returned 'Stay', which parse_action"
+    ):
+        _plan_turn(ep, np.random.default_rng(0), random_actions=False)

@@ -805,3 +805,32 @@ def test_a_context_too_small_for_an_eval_envs_first_prompt_stops_before_the_warm
     err = capsys.readouterr().err
     assert err.startswith("error: sokoban: a first prompt of ") and "Traceback" not in err
     assert "raise rollout.max_context_tokens to at least" in err
+
+
+def test_an_objective_stat_nobody_declared_is_named_with_where_to_declare_it(monkeypatch):
+    real = A.POLICY_OBJECTIVES["ppo-clip"]
+
+    def chatty(logp, mb, a, **k):
+        loss, s = real(logp, mb, a, **k)
+        return loss, {**s, "policy/pg_abs_adv": mb["advantages"].abs().mean()}
+
+    monkeypatch.setitem(A.POLICY_OBJECTIVES, "ppo-clip", chatty)
+    with pytest.raises(KeyError, match=r"returned the stat 'policy/pg_abs_adv', which metrics.UPDATE_KEYS"):
+        trainer.train(tiny(**{"train.steps": 1}), progress=False)
+
+
+def test_an_objective_reading_a_reference_nobody_computed_fails_by_name(monkeypatch):
+    """Without a KL term or the kl_ref diagnostic no reference forward runs: an objective that reads
+    mb["ref_logp"] but is not declared in OBJECTIVES_WITH_REFERENCE would have read zeros."""
+    real = A.POLICY_OBJECTIVES["ppo-clip"]
+
+    def to_reference(logp, mb, a, **k):
+        loss, s = real(logp, mb, a, **k)
+        return loss + (logp - mb["ref_logp"]).pow(2).mean(), s
+
+    monkeypatch.setitem(A.POLICY_OBJECTIVES, "ppo-clip", to_reference)
+    over = {"train.steps": 1, "algo.name": "starpo-grpo", "algo.kl_coef": 0.0, "train.log_kl_ref": False}
+    with pytest.raises(KeyError, match=r"reads mb\['ref_logp'\].*OBJECTIVES_WITH_REFERENCE: add it there"):
+        trainer.train(tiny(**over), progress=False)
+    rows = trainer.train(tiny(**{**over, "train.log_kl_ref": True}), progress=False)  # computed: it runs
+    assert math.isfinite(rows[0]["policy/kl_ref"])

@@ -9,7 +9,12 @@ from ragen_lib.algorithms.advantages import (
     zscore,
 )
 from ragen_lib.algorithms.apo import apo_loss, apo_v_star, sequence_logprob
-from ragen_lib.algorithms.estimators import ADVANTAGE_ESTIMATORS, KL_REWARD_ESTIMATORS, AdvantageInputs
+from ragen_lib.algorithms.estimators import (
+    ADVANTAGE_ESTIMATORS,
+    CRITIC_ESTIMATORS,
+    KL_REWARD_ESTIMATORS,
+    AdvantageInputs,
+)
 from ragen_lib.algorithms.filtering import FILTER_MODES, expand_group_mask, group_reward_std, select_groups
 from ragen_lib.algorithms.losses import (
     KL_ESTIMATORS,
@@ -25,6 +30,7 @@ from ragen_lib.algorithms.objectives import OBJECTIVES_WITH_REFERENCE, POLICY_OB
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "CRITIC_ESTIMATORS",
     "OBJECTIVES_WITH_REFERENCE",
     "POLICY_OBJECTIVES",
     "AdvantageInputs",

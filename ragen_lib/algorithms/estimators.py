@@ -4,7 +4,9 @@ One signature: `estimate(x: AdvantageInputs, a) -> (advantages, returns)`, both 
 over this process's kept rows; `returns` are the critic's regression targets (zeros without a
 critic). Batch-wide statistics (whitening, z-scores, std) go through `x.batch`, which computes
 them over every data-parallel rank's rows, so an estimator reads the same with one process or many.
-Adding one: a function here, a line in the registry, and a preset in `config.ALGO_PRESETS`.
+Adding one: a function here and a line in the registry (`algo.advantage=<name>`; a preset in
+`config.ALGO_PRESETS` is optional); one that reads `x.values` is also listed in `CRITIC_ESTIMATORS`,
+one that reads `x.kl` as a reward in `KL_REWARD_ESTIMATORS`.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "grpo": grpo_estimator,
     "apo": apo_estimator,
 }
+CRITIC_ESTIMATORS: tuple[str, ...] = ("gae",)
+"""The estimators that read `x.values`: a config with one of them needs `algo.critic`, and a critic
+beside any other is refused (nothing would read it)."""
 KL_REWARD_ESTIMATORS: tuple[str, ...] = ("gae",)
 """The estimators that read `x.kl` as a per-token reward (`algo.kl_in_reward`); the others are built
 on the trajectory reward alone, so with them the KL acts only as a loss term (kl_in_reward false)."""

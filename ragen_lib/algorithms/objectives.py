@@ -6,7 +6,8 @@ are the current policy's log-probs of a micro-batch `mb` (a dict of (b, T) / (b,
 old_logp, ref_logp, advantages, rewards). The loss is this micro-batch's part of the mini-batch
 mean: `token_share` = its tokens / the mini-batch's tokens (token-mean objectives), `seq_share` =
 its sequences / the mini-batch's sequences (sequence-mean ones), so summing the micro-batches'
-gradients gives the mini-batch gradient. `stats` are 0-d tensors keyed by metric name, left on the
+gradients gives the mini-batch gradient. `stats` are 0-d tensors keyed by metric name (each
+declared in `metrics.UPDATE_KEYS` and `METRICS`: every rank reduces the same keys), left on the
 device (the trainer reads them once per step: no host sync per micro-batch). The KL loss and
 the entropy bonus are not part of an objective: the trainer adds them to any objective.
 """

@@ -10,7 +10,7 @@ import inspect
 
 from ragen_lib.envs.bandit import VARIANTS as _BANDIT_VARIANTS
 from ragen_lib.envs.bandit import BanditEnv
-from ragen_lib.envs.base import LIMITS, Limits, TextEnv
+from ragen_lib.envs.base import LIMITS, Limits, TextEnv, check_contract
 from ragen_lib.envs.frozenlake import FrozenLakeEnv
 from ragen_lib.envs.sokoban import SokobanEnv
 from ragen_lib.envs.webshop import WebShopEnv
@@ -54,6 +54,18 @@ def make(name: str, **overrides) -> TextEnv:
     return cls(**{**variant, **overrides})
 
 
+def check(name: str, **overrides) -> None:
+    """`base.check_contract` on the env `make(name, **overrides)` builds: the config runs it when it
+    names an env, so a broken env is named before any model loads. Once per variant and process."""
+    key = (_lookup(name)[0], name, repr(sorted(overrides.items())))  # the class: a test may swap it
+    if key not in _CHECKED:
+        check_contract(make(name, **overrides))
+        _CHECKED.add(key)
+
+
+_CHECKED: set[tuple] = set()
+
+
 def env_class(name: str) -> type[TextEnv]:
     """The class a registered name builds: its class attributes (the budgets, `limits`, the action
     set) without building an env. Unknown names raise ValueError listing the valid ones."""
@@ -66,4 +78,4 @@ def _lookup(name: str) -> tuple[type[TextEnv], dict]:
     return REGISTRY[name]
 
 
-__all__ = ["LIMITS", "REGISTRY", "Limits", "TextEnv", "env_class", "env_fields", "make"]
+__all__ = ["LIMITS", "REGISTRY", "Limits", "TextEnv", "check", "env_class", "env_fields", "make"]

@@ -138,3 +138,63 @@ def whole(name: str, value) -> int:
     if isinstance(value, bool) or not (isinstance(value, (int, np.integer)) or whole_float):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
     return int(value)
+
+
+def check_contract(env: TextEnv) -> None:
+    """Play `env` for one expert step from seed 0 and raise, naming the env, the method and the fix,
+    where it breaks the contract above in a way a run would not report: a reset that ignores its
+    seed, an `info` without "success" (every episode would count as failed), an expert the parser
+    rejects (the expert warm-up would teach answers that score as invalid), a fixed-action env with
+    no `actions` (every answer would be rejected). Run when a config names the env, before any model
+    loads; a few milliseconds (`ragen_lib.envs.check` runs it once per variant and process)."""
+    cls = type(env)
+    who = f"env {env.name!r} ({cls.__name__})"
+
+    def call(method: str, *args, **kwargs):
+        try:
+            return getattr(env, method)(*args, **kwargs)
+        except NotImplementedError:
+            raise TypeError(
+                f"{who} does not implement {method}(): a TextEnv implements reset, step, render and "
+                "expert_action (ragen_lib/envs/base.py)"
+            ) from None
+
+    if not env.actions and cls.parse_action is TextEnv.parse_action:
+        raise TypeError(
+            f"{who} has no `actions` and keeps TextEnv.parse_action, so every answer would be rejected: "
+            "set `actions` (a fixed action set), or override parse_action and random_action and set "
+            "action_help (free-form actions, as WebShopEnv)"
+        )
+    got = call("reset", seed=0)
+    if not (
+        isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], str) and isinstance(got[1], dict)
+    ):
+        raise TypeError(f"{who}: reset() must return (observation: str, info: dict), got {got!r}")
+    first = call("render")
+    if not isinstance(first, str):
+        raise TypeError(f"{who}: render() must return the state as text, got {type(first).__name__}")
+    action = call("expert_action")
+    if not isinstance(action, str) or env.parse_action(action) is None:
+        raise ValueError(
+            f"{who}: expert_action() returned {action!r}, which parse_action rejects, so the expert "
+            "warm-up would teach answers that score as invalid: return an action the parser accepts "
+            f"({', '.join(env.actions) or env.action_help})"
+        )
+    out = call("step", env.parse_action(action))
+    if not (isinstance(out, tuple) and len(out) == 5):
+        n = len(out) if isinstance(out, tuple) else type(out).__name__
+        raise TypeError(
+            f"{who}: step() returned {n} values; it returns (observation, reward, terminated, "
+            "truncated, info), Gymnasium's five"
+        )
+    if not isinstance(out[4], dict) or "success" not in out[4]:
+        raise TypeError(
+            f"{who}: step() returned info without 'success' ({out[4]!r}); every info carries it "
+            "(True once the episode is solved), else every episode would count as failed"
+        )
+    call("reset", seed=0)
+    if call("render") != first:
+        raise ValueError(
+            f"{who}: reset(seed=0) twice gave two states; reset calls super().reset(seed=seed) first "
+            "and draws the state from self.np_random only (no module-level randomness)"
+        )
