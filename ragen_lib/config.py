@@ -363,10 +363,11 @@ class AlgoConfig:
 
     @property
     def label(self) -> str:
-        """The preset's name, plus the estimator when it is not the preset's (e.g. starpo-s+grpo):
-        a run folder never names one algorithm while the run used another estimator."""
-        usual = ALGO_PRESETS[self.name]["advantage"]
-        return self.name if self.advantage == usual else f"{self.name}+{self.advantage}"
+        """The preset's name, plus the estimator and the objective where they are not the preset's
+        (e.g. starpo-s+grpo): a run folder never names one algorithm while the run used another."""
+        preset = ALGO_PRESETS[self.name]
+        other = [getattr(self, k) for k in ("advantage", "objective") if getattr(self, k) != preset[k]]
+        return "+".join([self.name, *other])
 
 
 #: Every preset sets exactly these fields: the ones that tell the algorithms apart.

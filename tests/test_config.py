@@ -128,7 +128,7 @@ def test_a_folder_a_grid_file_or_the_profiles_file_is_named_for_what_it_is(tmp_p
         config.load(odd)
 
 
-def test_a_preset_resolves_wherever_the_config_is_built():
+def test_a_preset_resolves_wherever_the_config_is_built(monkeypatch):
     direct = config.AlgoConfig(name="starpo-s")
     assert direct == from_dict({"algo": {"name": "starpo-s"}}).algo  # Python, YAML: the same algorithm
     assert (direct.filter_keep, direct.kl_coef, direct.clip_high) == (0.25, 0.0, 0.28)
@@ -137,6 +137,9 @@ def test_a_preset_resolves_wherever_the_config_is_built():
         assert set(preset) == set(config.PRESET_FIELDS), name  # each preset states the whole algorithm
     assert config.AlgoConfig(name="apo").label == "apo"
     assert config.AlgoConfig(name="starpo-s", advantage="grpo", critic=False).label == "starpo-s+grpo"
+    # an objective that is not the preset's is named too: two runs' folders never differ by hash alone
+    monkeypatch.setitem(config.POLICY_OBJECTIVES, "pg", config.POLICY_OBJECTIVES["ppo-clip"])
+    assert config.AlgoConfig(name="starpo-grpo", objective="pg").label == "starpo-grpo+pg"
     # the preset's critic beside an estimator that never reads it: an error naming the fix
     with pytest.raises(ValueError, match="only gae uses a critic.*Add algo.critic=false"):
         config.AlgoConfig(name="starpo-s", advantage="grpo")
