@@ -351,6 +351,14 @@ class AlgoConfig:
                 f"algo.objective=apo with algo.advantage={self.advantage}: the A*-PO regression needs "
                 "the apo estimator's V* targets. Set algo.advantage=apo (algo.name=apo has both)"
             )
+        if self.objective == "apo" and self.loss_mask != "response":
+            # A*-PO's log π/π_ref is a sum over the policy's own answer tokens (A-PO
+            # core_algos.py:166-168); over the paper mask it would add the prompt's and the
+            # observations' log-probs, which no answer chose.
+            raise ValueError(
+                f"algo.objective=apo with algo.loss_mask={self.loss_mask}: A*-PO's log-ratio sums the "
+                "answer tokens only. Set algo.loss_mask=response (algo.name=apo's own)"
+            )
         if self.critic and self.advantage not in CRITIC_ESTIMATORS:
             # Only GAE reads the values; a critic beside grpo or apo costs a model copy and its
             # updates for nothing (verl turns it off for GRPO: ray_trainer.py:283-289).

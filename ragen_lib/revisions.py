@@ -190,7 +190,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.losses": "72100ef76e2e",
     "ragen_lib.algorithms.objectives": "257893b24e71",
     "ragen_lib.attention": "d6e4c20eb7bc",
-    "ragen_lib.config": "5e7c36d15875",
+    "ragen_lib.config": "4643361ff576",
     "ragen_lib.distributed": "199d37d1ed1a",
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "3eb4ab2941eb",

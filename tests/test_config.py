@@ -473,3 +473,9 @@ def test_which_estimators_use_a_critic_is_the_registrys_word(monkeypatch):
     assert cfg.algo.critic and cfg.algo.advantage == "gae-raw"
     with pytest.raises(ValueError, match="algo.advantage=gae-raw needs a critic"):
         config.from_dict({}, {"algo.advantage": "gae-raw", "algo.critic": False, "algo.kl_coef": 0.0})
+
+
+def test_apo_sums_its_log_ratio_over_the_answer_tokens_only():
+    with pytest.raises(ValueError, match="loss_mask=paper: A.*Set algo.loss_mask=response"):
+        from_dict({"algo": {"name": "apo", "loss_mask": "paper"}})
+    assert from_dict({"algo": {"name": "apo"}}).algo.loss_mask == "response"
