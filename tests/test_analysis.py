@@ -1119,19 +1119,23 @@ def test_report_names_a_misspelt_profile_and_a_profile_that_never_ran(tmp_path, 
             analysis.report("smoke")
 
 
-def _executed(path, *, start, end=True, exception=None):
-    """An executed notebook as papermill leaves it: only the metadata the report reads."""
+def _executed(path, *, start, end=True, exception=None, error=None):
+    """An executed notebook as papermill leaves it: only what the report reads. `error`: a cell's
+    error output; Ctrl-C's, as papermill 2.7 writes it, comes with `end_time` and no exception."""
     stamp = pd.Timestamp(start, unit="s", tz="UTC").isoformat()
     meta = {"start_time": stamp, "end_time": stamp if end else None, "exception": exception}
+    outputs = [{"output_type": "error", "ename": error, "evalue": "", "traceback": []}] if error else []
+    cells = [{"cell_type": "code", "outputs": outputs, "metadata": {}, "source": ""}]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"cells": [], "metadata": {"papermill": meta}}))
+    path.write_text(json.dumps({"cells": cells, "metadata": {"papermill": meta}}))
 
 
 def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     df = runs_df({"a": 0.9, "b": 0.1}, seeds=(0,))
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
-    for name in ("01_instability", "03_uncertainty_filtering", "04_kl_and_clipping", "07_apo_vs_starpo"):
+    older = ("01_instability", "03_uncertainty_filtering", "04_kl_and_clipping", "05_rollout_quality")
+    for name in (*older, "07_apo_vs_starpo"):
         analysis.Verdict(name, f"claim {name}", [row], primary=["late"]).write("quick")
     written = (tmp_path / "quick" / "verdicts" / "01_instability.json").stat().st_mtime
     nbs = tmp_path / "quick" / "notebooks"
@@ -1139,6 +1143,7 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
     _executed(nbs / "02_echo_trap.ipynb", start=written + 60, exception=True)  # raised, no verdict
     _executed(nbs / "03_uncertainty_filtering.ipynb", start=written + 60, exception=True)  # raised later
     _executed(nbs / "04_kl_and_clipping.ipynb", start=written + 60, end=False)  # killed mid-run
+    _executed(nbs / "05_rollout_quality.ipynb", start=written + 60, error="KeyboardInterrupt")  # Ctrl-C
     (nbs / "06_reasoning_rewards.ipynb").write_text('{"cells": [')  # killed while papermill wrote it
     (nbs / "07_apo_vs_starpo.ipynb").write_text('{"cells": [')  # the same, over an older verdict
     lines = analysis.report("quick").read_text().splitlines()
@@ -1159,11 +1164,27 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
     assert "the notebook did not finish (killed, or still running)" in line(
         "06_reasoning_rewards", "**headline**"
     )
+    # Ctrl-C: papermill writes an end and no exception, yet the verdict is the earlier run's
+    head5 = line("05_rollout_quality", "**headline**")
+    assert (
+        "| **STALE INCONCLUSIVE** | | from an earlier run: the notebook's last run was interrupted" in head5
+    )
+    _executed(nbs / "05_rollout_quality.ipynb", start=written - 60, error="ValueError")  # raised, unflagged
+    lines = analysis.report("quick").read_text().splitlines()
+    assert "STALE" not in line("05_rollout_quality", "**headline**")  # its verdict came after: current
+    (tmp_path / "quick" / "verdicts" / "05_rollout_quality.json").unlink()
+    (nbs / "05_rollout_quality.ipynb").unlink()
+    lines = analysis.report("quick").read_text().splitlines()
     assert "`make replicate NB=05 PROFILE=quick` has not run" in line("05_rollout_quality", "**headline**")
     monkeypatch.setenv("RAGEN_TRAIN", "stored")  # judging the stored runs: the command trains nothing either
     assert (
         "`RAGEN_TRAIN=stored make replicate NB=05 PROFILE=quick` has not run"
         in analysis.report("quick").read_text()
+    )
+    _executed(nbs / "05_rollout_quality.ipynb", start=written + 60, error="KeyboardInterrupt")
+    lines = analysis.report("quick").read_text().splitlines()
+    assert "**NO VERDICT** | | the notebook was interrupted (Ctrl-C)" in line(
+        "05_rollout_quality", "**headline**"
     )
     monkeypatch.delenv("RAGEN_TRAIN")
     # a torn copy has no start to compare with: its verdict is not shown as current

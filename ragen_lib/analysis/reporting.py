@@ -113,20 +113,31 @@ def given(parameters: dict) -> str:
 
 def notebook_run(path: Path) -> tuple[str, float | None]:
     """How papermill's last execution of a notebook ended, from the executed copy at `path`:
-    ("finished" | "failed" | "unfinished" | "not run", its start as a POSIX time or None).
-    papermill records `exception: true` when a cell raised and `end_time` when it stopped;
-    a copy without `end_time` was killed (or is still running)."""
+    ("finished" | "failed" | "interrupted" | "unfinished" | "not run", its start as a POSIX time
+    or None). papermill records `exception: true` when a cell raised and `end_time` when it
+    stopped; a copy without `end_time` was killed (or is still running). Ctrl-C is neither: papermill
+    2.7 writes `end_time` and no exception, and only the interrupted cell's KeyboardInterrupt
+    output says the cells after it never ran."""
     from datetime import datetime
 
     if not path.exists():
         return "not run", None
     try:
-        meta = json.loads(path.read_text()).get("metadata", {}).get("papermill", {})
-    except (OSError, json.JSONDecodeError):
+        nb = json.loads(path.read_text())
+        meta = nb.get("metadata", {}).get("papermill", {})
+        errors = {
+            o.get("ename")
+            for c in nb.get("cells", [])
+            for o in c.get("outputs", [])
+            if o.get("output_type") == "error"
+        }
+    except (OSError, json.JSONDecodeError, AttributeError):
         return "unfinished", None  # papermill was killed while writing it
     start = meta.get("start_time")
     start_s = datetime.fromisoformat(start).timestamp() if start else None
-    if meta.get("exception"):
+    if "KeyboardInterrupt" in errors:
+        return "interrupted", start_s
+    if meta.get("exception") or errors:
         return "failed", start_s
     return ("finished" if meta.get("end_time") else "unfinished"), start_s
 
@@ -158,7 +169,7 @@ def report(profile: str) -> Path:
     """outputs/<profile>/REPORT.md: one row per sub-claim (verdict, effect and CI, power, design),
     PILOT rows marked; the device, commit and wall time on top. A finding whose notebook failed,
     did not finish or never ran under `make replicate` is listed too, and a verdict older than its
-    notebook's failed or unfinished last run is marked stale."""
+    notebook's failed, interrupted or unfinished last run is marked stale."""
     import torch
 
     from ragen_lib import experiments, metrics
@@ -178,7 +189,9 @@ def report(profile: str) -> Path:
         f"# Replication report: profile `{profile}`",
         "",
         f"Trained on: {trained_on(base)}. Report written on: {here}, commit {runs.git_commit()}. "
-        f"Total wall time of the notebooks: {sum(v.get('wall_s') or 0 for v in verdicts) / 60:.1f} min.",
+        # each verdict's own notebook run: a rerun that reused its runs took seconds, not the training
+        f"Wall time of the notebooks' last runs: {sum(v.get('wall_s') or 0 for v in verdicts) / 60:.1f} "
+        "min (a run reused from an earlier one adds none).",
         "",
     ]
     if profile == "smoke":
@@ -198,6 +211,7 @@ def report(profile: str) -> Path:
         if v is None:
             why = {
                 "failed": f"the notebook raised: see {link}",
+                "interrupted": f"the notebook was interrupted (Ctrl-C): {link}",
                 "unfinished": f"the notebook did not finish (killed, or still running): {link}",
                 "finished": f"the notebook finished without writing a verdict: {link}",
                 "not run": f"`{mode}make replicate NB={name[:2]} PROFILE={profile}` has not run",
@@ -206,13 +220,14 @@ def report(profile: str) -> Path:
             continue
         # An executed copy torn mid-write has no readable start: the verdict may predate that run,
         # and nothing says it does not, so it is marked like one that does.
-        unknown = state in ("failed", "unfinished") and start is None
-        stale = state in ("failed", "unfinished") and (unknown or v["written"] < start)
+        cut = state in ("failed", "interrupted", "unfinished")
+        unknown = cut and start is None
+        stale = cut and (unknown or v["written"] < start)
         status = f"**{v['status']}**"
         reason = v["reason"]
         if stale:
             status = f"**STALE {v['status']}**"
-            last = "raised" if state == "failed" else "did not finish"
+            last = {"failed": "raised", "interrupted": "was interrupted"}.get(state, "did not finish")
             when = (
                 "perhaps from an earlier run (the executed copy is unreadable)"
                 if unknown
