@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SEED = "cfg.train.seed"
 ENV = "cfg.env.name"
 NO_REFERENCES = "several envs: no chance / expert lines"
+#: A panel whose metric has no value in its runs (NaN: no `<think>` tag matched; memory on a CPU).
+NO_DATA = "no data"
 WARMUP = "cfg.train.warmup"
 FORMAT = "format_valid"
 """`per_seed`'s column for the format-valid rate of the episodes a success score averaged."""
@@ -256,6 +258,18 @@ def curves(
                         fontsize=7,
                         color="0.4",
                     )
+            if not len(data):  # a blank panel reads as a drawing error
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"{NO_DATA}: {label(m)} has no value in these runs",
+                    transform=ax.transAxes,
+                    ha="center",
+                    va="center",
+                    wrap=True,
+                    fontsize=8,
+                    color="0.4",
+                )
             _plain(ax)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
             ax.set_title(f"{c}" if i == 0 and c is not None else "")

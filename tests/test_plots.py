@@ -416,3 +416,14 @@ def test_a_bar_at_zero_is_labelled_and_an_interval_past_the_rate_axis_gets_a_car
     assert "runs past" not in inside.axes[0].get_title()
     assert not any(t.get_text() for t in inside.axes[0].texts)
     plots.plt.close("all")
+
+
+def test_a_panel_with_no_value_says_so_instead_of_standing_empty():
+    """02's distinct-2 and 06's reasoning tokens are NaN where no tag matched: a blank panel read as
+    a drawing error."""
+    df = runs_df()
+    df["reasoning/length"] = float("nan")
+    df.loc[df["cfg.env.name"] == "sokoban", "reasoning/length"] = 3.0
+    fig = plots.curves(df, ["rollout/success", "reasoning/length"], hue="variant", col="cfg.env.name")
+    empty = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_text().startswith(plots.NO_DATA)]
+    assert empty == [f"{plots.NO_DATA}: {plots.label('reasoning/length')} has no value in these runs"]
