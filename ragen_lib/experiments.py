@@ -779,7 +779,10 @@ def format_plan(p: dict) -> str:
             "s/step scaled by episodes × turns × tokens; validation and warm-ups not included)"
         )
     elif todo and p["models"] == [models.TINY_RANDOM]:  # `make bench` measures the embedded model
-        est = "estimated minutes: none (the tiny random model is not benchmarked; smoke takes minutes)"
+        est = (
+            "estimated minutes: none (the tiny random model is not benchmarked; smoke's eight "
+            "notebooks took 10-26 min on 2 CPU cores)"
+        )
     elif todo:
         est = (
             f"estimated minutes: no measurement of {', '.join(p['models'])} here (`make bench` measures "
