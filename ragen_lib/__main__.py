@@ -6,7 +6,7 @@ python -m ragen_lib bench [--device cpu|cuda] [--quick] ...     speed report, ou
 python -m ragen_lib warmup [CONFIG.yaml] [--set train.warmup=expert ...]   format-valid rate before/after
 python -m ragen_lib plot OUT_ROOT [--finding adhoc] [--metrics rollout/success ...] [--png FILE]   curves
 python -m ragen_lib doctor [--device cpu|cuda] [--out outputs/gpu-check]   machine ready? (make gpu-check)
-python -m ragen_lib bundle DEST [--part-mb 56] [--python 3.12 ...]   offline bundle (make offline-bundle)
+python -m ragen_lib bundle DEST [--part-mb 50] [--python 3.12 ...]   offline bundle (make offline-bundle)
 python -m ragen_lib plan PROFILE [--root DIR] [--finding NAME ...]   runs, steps and disk of a profile
 python -m ragen_lib repair RUN_DIR [...]                        make a run consistent (moves, never deletes)
 python -m ragen_lib zeroshot [--envs sokoban ...] [--n 64] [--compare]   format-valid rate of first answers
@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         "bundle", help="wheels + the embedded model in parts + install.sh, for hosts offline"
     )
     bun.add_argument("dest", help="the bundle folder (replaced)")
-    bun.add_argument("--part-mb", type=float, default=56.0, help="largest upload group, MiB (default 56)")
+    bun.add_argument("--part-mb", type=float, default=50.0, help="largest upload group, MiB (default 50)")
     bun.add_argument("--python", nargs="*", default=None, help="target Pythons (default 3.10 3.11 3.12)")
     bun.add_argument("--skip", nargs="*", default=(), help="packages to leave out (the host has them)")
     bun.add_argument(

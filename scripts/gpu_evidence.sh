@@ -6,7 +6,9 @@
 # BUNDLE: the folder holding the offline bundle's g01, g02, ... (`make offline-bundle`), or "-" to
 # use $PYTHON as it is. BUDGET_S: seconds this script may take in all (a lease is short
 # and stops without warning: every phase gets a deadline, and the archive is written on any exit).
-# OUTDIR: where evidence.tgz and the logs go.
+# OUTDIR: where evidence.tgz goes, alone (a device call brings back 8 files of $OUT: the logs
+# beside it made 9 on 2026-12-07's CPU dry run of a lease, and the tool drops what is past 8). The
+# logs are built in a scratch folder and packed into the archive as evidence/.
 #
 # Phases: install (bundle → the host's own Python) → `gpu-check` with the `quick`
 # replication running beside it (its runs resume while this host lives; a new one starts bare) → the
@@ -33,6 +35,8 @@ fi
 bundle=$1 budget=$2 out=$3
 t0=$(date +%s)
 PROFILE=${PROFILE:-quick} DEVICE=${DEVICE:-cuda}
+# The lease's full bench: bench.SECTIONS less work, turns, trl and pool, which no lease has had
+# the minutes for (each is run by naming it in BENCH_ONLY).
 all_sections=load,generation,prefill,update,train,memory
 BENCH_ONLY=${BENCH_ONLY:-$all_sections}
 # A subset of sections writes beside the device's full report, not over it (on 2026-11-27 an
@@ -43,8 +47,9 @@ part=${BENCH_ONLY//,/+}
 [ -n "${BENCH_QUICK:-}" ] && part=${part:+$part-}quick
 BENCH_OUT=${BENCH_OUT:-outputs/bench${part:+/$part}}
 CHECK_S=${CHECK_S:-240}
-ev=$out/evidence
-mkdir -p "$ev"
+scratch=$(mktemp -d)
+ev=$scratch/evidence
+mkdir -p "$ev" "$out"
 py=$(command -v "${PYTHON:-python3}")
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 export RAGEN_COMMIT=${RAGEN_COMMIT:-unknown}
@@ -80,7 +85,7 @@ archive() {
   stop_phase
   say "archiving (left: $(left) s)"
   tar czf "$out/evidence.tgz" --exclude='ckpt' --exclude='*.pt' --exclude='__pycache__' --exclude='quarantine' \
-    outputs/gpu-check outputs/bench $(ls -d "outputs/$PROFILE" 2>/dev/null) -C "$out" evidence 2>>"$ev/phases.log"
+    outputs/gpu-check outputs/bench $(ls -d "outputs/$PROFILE" 2>/dev/null) -C "$scratch" evidence 2>>"$ev/phases.log"
   ls -la "$out" | tee -a "$ev/phases.log"
   for f in $(find outputs/gpu-check outputs/bench -maxdepth 2 -name '*.md' -newer "$ev/host.txt"); do
     echo "== $f"
