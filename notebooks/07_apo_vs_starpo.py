@@ -60,35 +60,42 @@ def algo(env, name):
     return {"cfg.env.name": env, "variant": name}
 
 
+def cost_rows(env, other, short, tag=""):
+    """A*-PO's wall time (stage 1 in) and peak memory against the `other` arm's; `tag` says how that
+    arm differs from its preset, in the row's id and claim."""
+    return [
+        (
+            c(
+                f"{env} time vs {short}{tag and ', ' + tag}",
+                f"{env}: A*-PO trains in less wall time than {short}{tag and ' ' + tag} (stage 1 in)",
+                "time/train_total",
+                0.0,
+                score="total",
+                direction=-1,
+            ),
+            algo(env, "apo"),
+            algo(env, other),
+        ),
+        (
+            c(
+                f"{env} memory vs {short}{tag and ', ' + tag}",
+                f"{env}: A*-PO's peak memory below {short}'s{tag and ' ' + tag}",
+                "memory/peak_gb",
+                0.0,
+                score="max",
+                direction=-1,
+            ),
+            algo(env, "apo"),
+            algo(env, other),
+        ),
+    ]
+
+
 def rows_for(env):
     out = []
     for other in ("starpo-ppo", "starpo-grpo"):
         short = other.removeprefix("starpo-").upper()
-        out += [
-            (
-                c(
-                    f"{env} time vs {short}",
-                    f"{env}: A*-PO trains in less wall time than {short} (stage 1 in)",
-                    "time/train_total",
-                    0.0,
-                    score="total",
-                    direction=-1,
-                ),
-                algo(env, "apo"),
-                algo(env, other),
-            ),
-            (
-                c(
-                    f"{env} memory vs {short}",
-                    f"{env}: A*-PO's peak memory below {short}'s",
-                    "memory/peak_gb",
-                    0.0,
-                    score="max",
-                    direction=-1,
-                ),
-                algo(env, "apo"),
-                algo(env, other),
-            ),
+        out += cost_rows(env, other, short) + [
             (
                 c(
                     f"{env} success vs {short}",
@@ -119,32 +126,7 @@ STUDIES = (
         )
         for v in ("apo refresh V*", "apo adaptive stage 1")
     ]
-    + [
-        (
-            c(
-                "sokoban time vs PPO, same loss tokens",
-                "sokoban: A*-PO trains in less wall time than PPO on the response mask (stage 1 in)",
-                "time/train_total",
-                0.0,
-                score="total",
-                direction=-1,
-            ),
-            algo("sokoban", "apo"),
-            algo("sokoban", RESPONSE_PPO),
-        ),
-        (
-            c(
-                "sokoban memory vs PPO, same loss tokens",
-                "sokoban: A*-PO's peak memory below PPO's on the response mask",
-                "memory/peak_gb",
-                0.0,
-                score="max",
-                direction=-1,
-            ),
-            algo("sokoban", "apo"),
-            algo("sokoban", RESPONSE_PPO),
-        ),
-    ]
+    + cost_rows("sokoban", RESPONSE_PPO, "PPO", "on the response mask")
 )
 # not time and memory vs GRPO: equal episodes a step remove the saving the paper claims (criterion)
 PRIMARY = [
