@@ -352,9 +352,9 @@ class AlgoConfig:
                 "the apo estimator's V* targets. Set algo.advantage=apo (algo.name=apo has both)"
             )
         if self.objective == "apo" and self.loss_mask != "response":
-            # A*-PO's log π/π_ref is a sum over the policy's own answer tokens (A-PO
-            # core_algos.py:166-168); over the paper mask it would add the prompt's and the
-            # observations' log-probs, which no answer chose.
+            # A*-PO's log π/π_ref is a sum over the policy's own answer tokens (A-PO c8823a3,
+            # verl/trainer/apo/core_algos.py:166-168); over the paper mask it would add the
+            # prompt's and the observations' log-probs, which no answer chose.
             raise ValueError(
                 f"algo.objective=apo with algo.loss_mask={self.loss_mask}: A*-PO's log-ratio sums the "
                 "answer tokens only. Set algo.loss_mask=response (algo.name=apo's own)"
