@@ -1074,7 +1074,8 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "under-powered: 1 seed(s)" in str(v) and "extra: 3" in str(v)
     report = analysis.report("smoke").read_text()
     assert "| 09_x | **headline**: a claim" in report
-    assert "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 | under-powered: 1 seed(s)" in report
+    late = "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 (a 0.9, b 0.1) | under-powered: 1 seed(s)"
+    assert late in report
     assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report
     assert "Smoke profile" in report and "Trained on: no finished runs. Report written on: cpu" in report
     trained = [("NVIDIA H100 80GB HBM3", "smollm2-135m-instruct"), ("NVIDIA H100 80GB HBM3", None)]
@@ -1153,6 +1154,8 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
 
     assert "| **INCONCLUSIVE** |" in line("01_instability", "**headline**")
     assert "| INCONCLUSIVE |" in line("01_instability", "late:")
+    assert f"| {analysis.effect_text(row)} |" in line("01_instability", "late:")  # each arm's score too
+    assert analysis.effect_text(row).endswith(f"(a {row.a:.3g}, b {row.b:.3g})"), analysis.effect_text(row)
     assert not any("stale" in x.lower() for x in lines if x.startswith("| 01_instability"))
     assert "| **NO VERDICT** | | the notebook raised: see [notebooks/02_echo_trap.ipynb]" in line(
         "02_echo_trap", "**headline**"

@@ -33,6 +33,7 @@ from ragen_lib.analysis.claims import (
     by_collapse,
     criteria,
     design,
+    effect_text,
     format_text,
 )
 from ragen_lib.analysis.curves import (
@@ -128,6 +129,7 @@ __all__ = [
     "Claim",
     "criteria",
     "design",
+    "effect_text",
     "format_text",
     "Row",
     "COLLAPSE_FRAC",

@@ -139,10 +139,7 @@ class Row:
     format_valid: tuple[float | None, float | None] | None = None
 
     def __str__(self) -> str:
-        effect = ""
-        if self.effect == self.effect:
-            ci = "" if self.ci[0] != self.ci[0] else f" [95% CI {self.ci[0]:+.3g}, {self.ci[1]:+.3g}]"
-            effect = f" effect {self.effect:+.3g}{ci} (a {_fmt(self.a)}, b {_fmt(self.b)})"
+        effect = f" effect {e}" if (e := effect_text(self, "95% CI ")) else ""
         if fv := format_text(self):
             effect += "; " + fv
         return (
@@ -204,6 +201,16 @@ def by_collapse(late: Claim) -> Claim:
 def _pair(a: float, b: float) -> str:
     """One number when the arms share it, else both, named."""
     return f"{a:.3g}" if f"{a:.3g}" == f"{b:.3g}" else f"a {a:.3g}, b {b:.3g}"
+
+
+def effect_text(row: Row, ci_label: str = "") -> str:
+    """The effect, its CI where drawn and each arm's score, e.g. `+0.12 [+0.02, +0.22] (a 0.5, b
+    0.38)` (a time row's effect alone had no unit); "" without an effect."""
+    if row.effect is None or row.effect != row.effect:
+        return ""
+    lo, hi = row.ci
+    ci = "" if lo != lo else f" [{ci_label}{lo:+.3g}, {hi:+.3g}]"
+    return f"{row.effect:+.3g}{ci} (a {_fmt(row.a)}, b {_fmt(row.b)})"
 
 
 def _fmt(v) -> str:

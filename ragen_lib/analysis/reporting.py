@@ -26,6 +26,7 @@ from ragen_lib.analysis.claims import (
     Row,
     _fmt,
     design,
+    effect_text,
     format_text,
 )
 from ragen_lib.analysis.judging import judge
@@ -246,17 +247,10 @@ def report(profile: str) -> Path:
             f"{status} | | {reason} | | {made} | {figs} |"
         )
         for r in v.get("rows", []):  # a verdict written before rows existed has none
-            eff = r["effect"]
-            effect = (
-                ""
-                if eff is None or eff != eff
-                else f"{eff:+.3g}"
-                + ("" if r["ci"][0] != r["ci"][0] else f" [{r['ci'][0]:+.3g}, {r['ci'][1]:+.3g}]")
-            )
             status = "PILOT (no verdict)" if r["status"] == PILOT else r["status"]
             status = f"stale {status}" if stale else status
             row = Row(**{**r, "ci": tuple(r["ci"])})
-            d, fv = design(row), format_text(row)
+            effect, d, fv = effect_text(row), design(row), format_text(row)
             effect = f"{effect}; {fv}" if effect and fv else effect or fv
             lines.append(
                 f"| {name} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
