@@ -242,17 +242,16 @@ def _download(requirements: list[str], py: str, out: Path, find_links: str | Non
         for path in (out / "wheels").glob("*.whl"):
             name, version = path.name.split("-")[:2]
             got[_norm(name)] = (version, path)
-        missing = [r for r in _required_on(py, got) if _norm(r.split(";")[0].split("[")[0]) not in got]
-        missing = sorted({r for r in missing if r not in wanted})
+        missing = sorted({r for name, r in _required_on(py, got) if name not in got and r not in wanted})
         if not missing:
             return got
         wanted += missing
     raise RuntimeError(f"the Python {py} dependencies of the bundle did not settle; last missing: {missing}")
 
 
-def _required_on(py: str, got: dict[str, tuple]) -> list[str]:
-    """The requirements (name, extras, versions; no marker) that the downloaded wheels in `got` have
-    on Python `py` under manylinux x86_64, read from each wheel's METADATA."""
+def _required_on(py: str, got: dict[str, tuple]) -> list[tuple[str, str]]:
+    """(normalised name, requirement: name, extras, versions, no marker) of what the downloaded
+    wheels in `got` require on Python `py` under manylinux x86_64 by a marker, from each METADATA."""
     import zipfile
 
     from packaging.markers import default_environment
@@ -276,7 +275,7 @@ def _required_on(py: str, got: dict[str, tuple]) -> list[str]:
             if req.marker is None or not req.marker.evaluate(env):
                 continue  # no marker: pip resolved it already; a false one: not on the target
             extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-            out.append(f"{req.name}{extras}{req.specifier}")
+            out.append((_norm(req.name), f"{req.name}{extras}{req.specifier}"))
     return out
 
 

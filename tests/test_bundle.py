@@ -223,8 +223,16 @@ def test_a_dependency_only_the_target_python_needs_is_downloaded(tmp_path):
     index.mkdir()
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     other = "3.12" if here != "3.12" else "3.11"
-    _wheel(index, "gamma", "1.0", [f'delta; python_version == "{other}"', f'eps; python_version == "{here}"'])
+    _wheel(
+        index,
+        "gamma",
+        "1.0",
+        [f'delta>=1; python_version == "{other}"', f'eps>=1; python_version == "{here}"'],
+    )
     _wheel(index, "delta", "1.0")
     _wheel(index, "eps", "1.0")
     got = bundle._download(["gamma"], other, tmp_path / "out", str(index))
     assert {"gamma", "delta"} <= set(got)  # the target's own dependency, whatever this Python's markers say
+    # each requirement by its name, so one downloaded already is not asked for again ("delta>=1" had
+    # been compared whole with the names downloaded: never found, always a second pip download)
+    assert bundle._required_on(other, got) == [("delta", "delta>=1")]
