@@ -117,11 +117,14 @@ def run_grid(
         todo = []
     for name, device in dict.fromkeys((cfg.model.name, cfg.model.device) for cfg, _ in todo):
         models.check(name, device)  # one clear error before any run starts, not one per run
-    stored = reused + sum((path / runs.CKPT).exists() for _, path in todo)  # reused or resumed
-    revisions.note_if_unreviewed(stored)
+    resumed = sum((path / runs.CKPT).exists() for _, path in todo)
+    revisions.note_if_unreviewed(reused + resumed)
+    if progress and train and reused and not todo and not failures:  # the bar stays hidden: say why
+        print(f"{finding}: all {reused} runs stored and reused, none to train")
     bar = tqdm(
         total=len(todo),
-        desc=f"{finding}: {reused} reused, {len(todo)} to run",
+        desc=f"{finding}: {reused} reused, {len(todo)} to run"
+        + (f" ({resumed} resume from a checkpoint)" if resumed else ""),
         unit="run",
         disable=not progress or not todo,
     )
@@ -129,11 +132,14 @@ def run_grid(
         if slots and len(slots) > 1 and len(todo) > 1:
             failures += _run_pool(todo, train_fn, slots, bar)
         else:
-            for cfg, path in todo:
+            for i, (cfg, path) in enumerate(todo):
                 try:
                     _train_one(train_fn, cfg, str(path))
                 except KeyboardInterrupt:
-                    print(f"interrupted: {path} stopped mid-run (resumable: rerun to continue)")
+                    print(
+                        f"interrupted: {path} stopped mid-run (resumable: rerun to continue); "
+                        f"{len(todo) - i - 1} queued run(s) not started"
+                    )
                     raise
                 except Exception as e:  # as in the pool: one run's failure must not cost the others
                     print(f"run failed: {path} ({e!r}); its metrics and last checkpoint are kept: rerun")
@@ -316,7 +322,7 @@ def _pool_round(todo, train_fn, slots: list[dict], bar, failures: list, breaks: 
                     failures.append((path, error))
                 bar.update()
     except BaseException:  # Ctrl-C, SIGTERM (GridInterrupted), or anything else: stop everything now
-        _stop_pool(pool, futures)
+        _stop_pool(pool, futures, began | _drain(started))
         raise
     pool.shutdown(wait=True)
     began |= _drain(started)
@@ -401,10 +407,15 @@ STOP_GRACE_S = 3.0
 """Seconds a stopped worker gets to exit after SIGTERM before SIGKILL."""
 
 
-def _stop_pool(pool: ProcessPoolExecutor, futures: dict) -> None:
+def _stop_pool(pool: ProcessPoolExecutor, futures: dict, began: set[str]) -> None:
     """Cancel the queued runs and stop the workers (SIGTERM, then SIGKILL after STOP_GRACE_S). The
-    store is crash-safe, so a worker killed mid-step leaves its run resumable."""
+    store is crash-safe, so a worker killed mid-step leaves its run resumable. `began`: the run
+    folders workers reported starting, to tell the runs stopped mid-run from the queued ones."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    # Counted before the shutdown: the executor hands a run or two past the workers to its call
+    # queue, where `cancel()` no longer reaches them, though no worker has started them.
+    unfinished = [path for fut, (_, path) in futures.items() if not fut.done()]
+    stopped = sum(str(path) in began for path in unfinished)
     # The executor cancels what is queued itself (cancelling from here races its manager thread).
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
@@ -420,10 +431,10 @@ def _stop_pool(pool: ProcessPoolExecutor, futures: dict) -> None:
     manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
         manager.join(STOP_GRACE_S)
-    cancelled = sum(f.cancelled() for f in futures)
     print(
-        f"grid interrupted: {cancelled} queued run(s) cancelled, {len(procs)} worker(s) stopped; the "
-        "runs in progress keep their metrics and last checkpoint and resume when you rerun"
+        f"grid interrupted: {len(unfinished) - stopped} queued run(s) cancelled, {stopped} stopped "
+        f"mid-run, {len(procs)} worker(s) stopped; the runs stopped mid-run keep their metrics and "
+        "last checkpoint and resume when you rerun"
     )
 
 
