@@ -1180,14 +1180,14 @@ def other_weights(record: dict, cfg: Config) -> str | None:
 def adopt(src: Path, dest: Path) -> bool:
     """Copy the finished run `src` to `dest` (which must not exist): config, metrics, samples, DONE
     and the final weights (hard-linked where the disk allows), not its lock, checkpoints or
-    quarantine; REUSED_FROM names `src` (runs/<finding>/<run>, in the same store). Built under
-    <root>/.adopting/ and renamed into place, so no reader ever sees half a run. False (nothing
-    changed) when `dest` appeared meanwhile."""
+    quarantine; REUSED_FROM names where it trained (`_copy_finished`). Built under <root>/.adopting/
+    and renamed into place, so no reader ever sees half a run. False (nothing changed) when `dest`
+    appeared meanwhile."""
     tmp = dest.parents[2] / ".adopting" / f"{dest.name}.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _copy_finished(src, tmp)
+        _copy_finished(src, tmp, dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(tmp, dest)
@@ -1199,11 +1199,18 @@ def adopt(src: Path, dest: Path) -> bool:
         return True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):  # empty unless another process is adopting now
+            tmp.parent.rmdir()
 
 
-def _copy_finished(src: Path, dest: Path) -> None:
+def _copy_finished(src: Path, dest: Path, final: Path) -> None:
     """Copy a finished run's files (not its lock, checkpoints or quarantine) into the folder `dest`,
-    the final weights hard-linked where the disk allows, then REUSED_FROM naming `src`."""
+    the final weights hard-linked where the disk allows, then REUSED_FROM naming the folder the run
+    trained in: `src`, or the origin `src` itself names when it is a copy. A copy is never the
+    origin of another, so the report and the backlog, which skip copies, count each run once (a
+    copy of a copy named the copy: after the original was deleted and copied back, the two named
+    each other and neither was counted). A run copied back to `final`, where it trained, names
+    nothing: it is the original again."""
     for f in src.iterdir():
         if not f.is_file() or f.name in (LOCK, REUSED_FROM):
             continue
@@ -1213,7 +1220,11 @@ def _copy_finished(src: Path, dest: Path) -> None:
         if not (dest / f.name).exists():
             shutil.copy2(f, dest / f.name)
     # by its place in the store, not this machine's path: a copy is committed with the runs
-    (dest / REUSED_FROM).write_text(f"runs/{src.parent.name}/{src.name}\n")
+    origin = f"runs/{src.parent.name}/{src.name}"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        origin = (src / REUSED_FROM).read_text().strip() or origin
+    if origin != f"runs/{final.parent.name}/{final.name}":
+        (dest / REUSED_FROM).write_text(f"{origin}\n")
 
 
 def adopt_into(src: Path, run: Run) -> None:
@@ -1225,7 +1236,7 @@ def adopt_into(src: Path, run: Run) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _copy_finished(src, tmp)
+        _copy_finished(src, tmp, run.path)
         for f in sorted(tmp.iterdir(), key=lambda f: f.name == DONE):
             os.replace(f, run.path / f.name)
         fsync_dir(run.path)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ragen_lib import config, experiments, models, runs, workers
+from ragen_lib.analysis import reporting
 from ragen_lib.runs import Run
 
 CFG = config.from_dict({"algo": {"name": "starpo-ppo"}, "env": {"name": "bandit"}, "train": {"steps": 3}})
@@ -225,13 +226,36 @@ def test_a_config_another_finding_finished_is_copied_not_trained_again(tmp_path,
     assert not (runs.run_dir(tmp_path, "second", seeds(1)[0]) / runs.REUSED_FROM).exists()
     df = runs.load(tmp_path, "second")
     assert df["done"].all() and sorted(set(df["cfg.train.seed"])) == [0, 1, 2]
-    assert not (tmp_path / ".adopting").exists() or not any((tmp_path / ".adopting").iterdir())
+    assert not (tmp_path / ".adopting").exists()  # not even empty (a fresh-clone audit found it left)
     # a folder already there (a run in progress in this finding) is resumed, never replaced
     third = runs.run_dir(tmp_path, "third", seeds(0)[0])
     third.mkdir(parents=True)
     assert runs.finished_elsewhere(tmp_path, "third", third.name) is not None
     experiments.run_grid(tmp_path, "third", seeds(0), fake_train, progress=False)
     assert calls[-1] == 0 and not (third / runs.REUSED_FROM).exists()
+
+
+def test_a_copy_of_a_copy_names_where_the_run_trained_and_never_points_in_a_cycle(tmp_path):
+    """REUSED_FROM named the folder copied, not where the run trained: after 01's run was deleted
+    and copied back from 03's copy of it, each named the other, and the report and the backlog, which
+    skip copies, counted the run nowhere."""
+
+    def fake_train(cfg, run):
+        for s in range(cfg.train.steps):
+            run.log(s, {"rollout/success": 0.5})
+        run.mark_done()
+
+    cfgs = seeds(0)
+    trained, first, second = (runs.run_dir(tmp_path, f, cfgs[0]) for f in ("a", "b", "c"))
+    experiments.run_grid(tmp_path, "a", cfgs, fake_train, progress=False)
+    experiments.run_grid(tmp_path, "b", cfgs, fake_train, progress=False)
+    shutil.rmtree(trained)  # a researcher deletes 01's runs, then reruns 01 and 04
+    experiments.run_grid(tmp_path, "a", cfgs, fake_train, progress=False)
+    experiments.run_grid(tmp_path, "c", cfgs, fake_train, progress=False)
+    assert not (trained / runs.REUSED_FROM).exists()  # back where it trained: the original again
+    assert (first / runs.REUSED_FROM).read_text() == "runs/a/" + trained.name + "\n"
+    assert (second / runs.REUSED_FROM).read_text() == "runs/a/" + trained.name + "\n"  # not b's
+    assert reporting.trained_on(tmp_path).split(" (")[1].startswith("1 runs")
 
 
 def test_run_grid_names_a_missing_model_once_before_any_run_and_reuses_finished_runs_without_it(tmp_path):
