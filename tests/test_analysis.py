@@ -2041,3 +2041,15 @@ def test_a_rate_tied_in_every_seed_is_what_a_non_inferiority_claim_claims():
     assert early.reason.startswith("no data") and early.power.endswith(
         "0 seed(s), a sign test cannot reach p < 0.05"
     )
+
+
+def test_a_run_without_a_recorded_seed_is_named_not_a_crash_or_silently_dropped():
+    """A config.yaml whose train.seed is missing or null (edited by hand, or older code) read as NaN:
+    `judge` raised "cannot convert float NaN to integer" while describing its design, and every
+    per-seed grouping would have left the run out without a word."""
+    df = runs_df({"a": 0.8, "b": 0.2})
+    df["run_id"] = df["arm"] + df["cfg.train.seed"].astype(str)
+    df.loc[(df["arm"] == "a") & (df["cfg.train.seed"] == 4), "cfg.train.seed"] = float("nan")
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.seeds == [0, 1, 2, 3, 4]
+    assert row.reason.startswith("no seed recorded: arm a: run a4 (train.seed is missing or null"), row

@@ -16,9 +16,10 @@ How a row is decided, in this order (the first that applies wins):
    may have trained on another lease's GPU); "different weights" when the
    runs of both arms that share one model name recorded more than one model fingerprint (DONE's
    `model_fingerprint`: a folder written over by another fine-tune, another wheel, a hub snapshot
-   that moved; runs stored before the record are left out of the count); "runs per seed"
-   when an arm's selector matches more than one run of a seed (they would be averaged into one
-   score under one seed).
+   that moved; runs stored before the record are left out of the count); "no seed recorded" when
+   a run's config.yaml has no train.seed (every per-seed grouping would drop it silently); "runs per
+   seed" when an arm's selector matches more than one run of a seed (they would be averaged into
+   one score under one seed).
 3. INCONCLUSIVE "mechanism did not act": the claim's manipulated mechanism was inert on each
    arm's runs together, or (once the seeds compared are known, step 5) in any one of them
    (`inactive_seeds` names them)
@@ -209,6 +210,18 @@ def _mixed_weights(part: pd.DataFrame) -> list[str]:
     ]
 
 
+def _unseeded(arm: str, part: pd.DataFrame) -> list[str]:
+    """'arm a: run id, id' for the runs of `part` that record no seed (every per-seed grouping would
+    leave them out without a word)."""
+    if "cfg.train.seed" not in part:
+        return [f"arm {arm}: every run"] if len(part) else []
+    gone = part.loc[part["cfg.train.seed"].isna()]
+    if gone.empty:
+        return []
+    ids = sorted(map(str, gone["run_id"].unique())) if "run_id" in gone else [f"{len(gone)} rows"]
+    return [f"arm {arm}: run {', '.join(ids)}"]
+
+
 def _runs_per_seed(arm: str, part: pd.DataFrame) -> list[str]:
     """Each seed for which `part` holds more than one run: 'arm a has 2 runs of seed 0 (id, id)'."""
     if "run_id" not in part or "cfg.train.seed" not in part:
@@ -239,7 +252,10 @@ def _design(A: pd.DataFrame, B: pd.DataFrame, metric: str) -> dict:
         return vals[0] if vals else None
 
     return {
-        "seeds": sorted(int(s) for s in part["cfg.train.seed"].unique()) if "cfg.train.seed" in part else [],
+        # a run without one is named by `judge` (`_unseeded`)
+        "seeds": sorted(int(s) for s in part["cfg.train.seed"].dropna().unique())
+        if "cfg.train.seed" in part
+        else [],
         "steps": _horizons(A, B),
         "val_size": one("cfg.train.val_size"),
         # the temperature the judged episodes were sampled at: validation's own for a val/ metric
@@ -333,6 +349,13 @@ def judge(
     if mixed:
         return replace(
             row, reason=f"runs trained on different weights under one model name: {'; '.join(mixed)}"
+        )
+    unseeded = [d for name, part in arms for d in _unseeded(name, part)]
+    if unseeded:
+        return replace(
+            row,
+            reason=f"no seed recorded: {'; '.join(unseeded)} (train.seed is missing or null in its "
+            "config.yaml): a run without its seed is neither paired nor counted",
         )
     shared_seed = [d for name, part in arms for d in _runs_per_seed(name, part)]
     if shared_seed:
