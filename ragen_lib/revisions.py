@@ -195,7 +195,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "3eb4ab2941eb",
     "ragen_lib.envs.bandit": "1f62e57e2faf",
-    "ragen_lib.envs.base": "b58f22e1f453",
+    "ragen_lib.envs.base": "90871cb982c0",
     "ragen_lib.envs.frozenlake": "cd78d0aa7db7",
     "ragen_lib.envs.sokoban": "a5e7e084d912",
     "ragen_lib.envs.webshop": "17e63a47d59f",
@@ -204,7 +204,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "3a2046896516",
     "ragen_lib.seeds": "f89b648e3869",
-    "ragen_lib.trainer": "b0c426c24af6",
+    "ragen_lib.trainer": "dd1eebad641b",
     "ragen_lib.warmup": "7b4bfa8f3345",
     "ragen_lib.work": "906d49cff14f",
 }

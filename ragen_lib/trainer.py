@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ragen_lib import algorithms as A
+from ragen_lib import generation, models, runs, seeds
 from ragen_lib import metrics as M
-from ragen_lib import models, runs, seeds
 from ragen_lib.config import Config
 from ragen_lib.distributed import Ranks, Shard, local_device
 from ragen_lib.progress import tqdm
@@ -83,6 +83,9 @@ def train(cfg: Config, run=None, *, progress: bool = True, checkpoints: bool = T
     if a.advantage == "apo":
         t_vs = time.perf_counter()
         v_star = VStar.restore(state, cfg) if state is not None else VStar.estimate(reference, tok, cfg)
+        # Stage 1 is the reference's only generation: its pooled decoders (static KV caches and
+        # CUDA graphs, up to generation.POOL_GB) would otherwise stay for the whole run.
+        generation.release(reference)
         warm["time/v_star"] = time.perf_counter() - t_vs  # stage 1's one-off cost, logged at step 0
     # What a run costs before its first step (load, warm-up, stage 1): `backlog` adds it to the
     # steps' seconds when it decides whether a run fits what is left of a GPU lease.

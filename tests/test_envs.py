@@ -380,6 +380,10 @@ class _GlobalRandom(_Walk):
         return self.render(), {"success": False}
 
 
+class _SeparatorInName(_Walk):
+    actions = ("Left", "Right", "Wait || Look")  # cut at " || " into two pieces: never parses
+
+
 @pytest.fixture
 def registered(monkeypatch):
     import ragen_lib.envs as envs
@@ -407,6 +411,7 @@ def test_a_correct_env_passes_the_contract_check(registered):
         (_ExpertUnparsed, r"expert_action\(\) returned 'Stay', which parse_action rejects"),
         (_NoActions, r"no `actions` and keeps TextEnv.parse_action"),
         (_GlobalRandom, r"reset\(seed=0\) twice gave two states"),
+        (_SeparatorInName, r"action 'Wait \|\| Look' holds the action separator '\|\|'"),
     ],
 )
 def test_a_broken_env_is_named_when_the_config_is_built(registered, cls, says):

@@ -834,3 +834,33 @@ def test_an_objective_reading_a_reference_nobody_computed_fails_by_name(monkeypa
         trainer.train(tiny(**over), progress=False)
     rows = trainer.train(tiny(**{**over, "train.log_kl_ref": True}), progress=False)  # computed: it runs
     assert math.isfinite(rows[0]["policy/kl_ref"])
+
+
+def test_apo_stage_one_frees_the_reference_models_decoders(monkeypatch):
+    """Stage 1 is the only time the reference generates, but its static decoders (KV caches and
+    CUDA graphs: up to generation.POOL_GB, 16 GiB, on a GPU) stayed pooled for the whole run."""
+    from ragen_lib import generation
+
+    seen = {}
+    estimate = trainer.VStar.estimate.__func__
+
+    def spy_estimate(cls, reference, tok, cfg):
+        out = estimate(cls, reference, tok, cfg)
+        seen["pooled during stage 1"] = bool(generation.static_decoders(reference))
+        seen["reference"] = reference
+        return out
+
+    def spy_collect(*args, **kwargs):
+        if "reference" in seen:  # stage 1 plays through collect too
+            seen.setdefault(
+                "pooled at the first rollout", bool(generation.static_decoders(seen["reference"]))
+            )
+        return collect(*args, **kwargs)
+
+    collect = trainer.collect
+    monkeypatch.setattr(trainer.VStar, "estimate", classmethod(spy_estimate))
+    monkeypatch.setattr(trainer, "collect", spy_collect)
+    cfg = tiny(**{"algo.name": "apo", "algo.apo_prompt_pool": 6, "algo.apo_ref_samples": 2,
+                  "rollout.kv_cache": "static", "train.steps": 1})  # fmt: skip
+    trainer.train(cfg, progress=False)
+    assert seen["pooled during stage 1"] and not seen["pooled at the first rollout"], seen.keys()

@@ -145,8 +145,9 @@ def check_contract(env: TextEnv) -> None:
     where it breaks the contract above in a way a run would not report: a reset that ignores its
     seed, an `info` without "success" (every episode would count as failed), an expert the parser
     rejects (the expert warm-up would teach answers that score as invalid), a fixed-action env with
-    no `actions` (every answer would be rejected). Run when a config names the env, before any model
-    loads; a few milliseconds (`ragen_lib.envs.check` runs it once per variant and process)."""
+    no `actions` (every answer would be rejected), an action name holding the separator " || " (it
+    never parses). Run when a config names the env, before any model loads; a few milliseconds
+    (`ragen_lib.envs.check` runs it once per variant and process)."""
     cls = type(env)
     who = f"env {env.name!r} ({cls.__name__})"
 
@@ -165,6 +166,14 @@ def check_contract(env: TextEnv) -> None:
             "set `actions` (a fixed action set), or override parse_action and random_action and set "
             "action_help (free-form actions, as WebShopEnv)"
         )
+    from ragen_lib.prompting import ACTION_SEPARATOR  # here: prompting imports this module
+
+    for name in env.actions:  # an answer is cut at the separator before its pieces are parsed
+        if ACTION_SEPARATOR in name:
+            raise ValueError(
+                f"{who}: action {name!r} holds the action separator {ACTION_SEPARATOR!r}, so an answer "
+                "is cut there and the action never parses: rename it"
+            )
     got = call("reset", seed=0)
     if not (
         isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], str) and isinstance(got[1], dict)
@@ -174,7 +183,7 @@ def check_contract(env: TextEnv) -> None:
     if not isinstance(first, str):
         raise TypeError(f"{who}: render() must return the state as text, got {type(first).__name__}")
     action = call("expert_action")
-    if not isinstance(action, str) or env.parse_action(action) is None:
+    if not isinstance(action, str) or ACTION_SEPARATOR in action or env.parse_action(action) is None:
         raise ValueError(
             f"{who}: expert_action() returned {action!r}, which parse_action rejects, so the expert "
             "warm-up would teach answers that score as invalid: return an action the parser accepts "
