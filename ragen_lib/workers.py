@@ -203,7 +203,7 @@ def drop_stale_checkpoint(run: runs.Run) -> None:
 
 def _release(error: BaseException) -> BaseException:
     """`error` without its tracebacks (printed already), so the failed run's frames, and the model
-    and optimizer they hold, can be freed before the next run of the grid starts (`_free_memory`)."""
+    and optimizer they hold, can be freed before the next run of the grid starts (`free_memory`)."""
     e, seen = error, set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -212,7 +212,7 @@ def _release(error: BaseException) -> BaseException:
     return error
 
 
-def _free_memory() -> None:
+def free_memory() -> None:
     """Free what the last run held before the next one starts. A process's first `models.load`
     leaves a reference cycle (a traceback from transformers' lazy import) that keeps the caller's
     frame, `trainer.train`'s, alive with its model, optimizer states and decoder pool until the
@@ -497,7 +497,7 @@ def _train_one(train_fn, cfg: config.Config, path: str) -> None:
     stopped: refused, it read as a failed run, "rerun to resume", in both grids though every run
     finished. A failure's traceback is printed here, where it happens: a worker hands the grid only
     the exception."""
-    _free_memory()  # the last run's, in this process (a failed one's once `_release` cut its traceback)
+    free_memory()  # the last run's, in this process (a failed one's once `_release` cut its traceback)
     waited = False
     while True:
         try:

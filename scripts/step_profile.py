@@ -39,6 +39,7 @@ import torch
 
 from ragen_lib import config, experiments, trainer
 from ragen_lib.bench.pool import grid_rate
+from ragen_lib.workers import free_memory
 
 # Each names all three fields, so a profile's own values do not leak into a label. Measured on an
 # H100 (2026-11-27, quick's Bandit run): static + one pack 2.45 s a step, static + shared prefix
@@ -205,8 +206,9 @@ def main() -> None:
             **time_setting(with_overrides(cfg, extra), label, args, out),
         }
         save()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        # What the last setting held (model, optimizer, decoder pool; a reference cycle from the
+        # first model load can keep them) is freed before the next one's peak memory is measured.
+        free_memory()
     save()
 
 
