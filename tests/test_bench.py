@@ -109,6 +109,27 @@ def test_loss_on_sorted_micro_batches_equals_the_padded_batch(tiny):
     torch.testing.assert_close(total, padded, atol=1e-5, rtol=0)
 
 
+def test_the_tf32_head_row_restores_the_matmul_precision_and_says_when_it_cannot_measure(tiny, monkeypatch):
+    """The GPU audit's largest lever (the float32 LM head as plain fp32 GEMMs) measured, not adopted:
+    a row beside the trainer's, with its log-prob error, that leaves torch's setting as it found it."""
+    model, _ = tiny
+    size = {"update_max_len": 24, "update_rows": 4, "micro_batch_size": 2, "repeats": 1}
+    before = torch.backends.cuda.matmul.fp32_precision
+    rows = {r.what: r for r in bench.update.measure_update(model, "cpu", size)}
+    row = rows["update: ours with a TF32 head (a candidate, not the trainer's)"]
+    assert row.value > 0 and "max |Δ log-prob| 0 against the float32 head on the 2 longest rows" in row.note
+    assert torch.backends.cuda.matmul.fp32_precision == before
+
+    def refuse():
+        raise RuntimeError("mix of the legacy and new APIs")
+
+    monkeypatch.setattr(bench.update, "tf32_matmuls", refuse)
+    rows = {r.what: r for r in bench.update.measure_update(model, "cpu", size)}
+    row = rows["update: ours with a TF32 head (a candidate, not the trainer's)"]
+    assert row.value is None and "not measured: RuntimeError: mix of the legacy" in row.note
+    assert rows["update: ours (forward_logp, sorted micro-batches)"].value > 0  # the rest is kept
+
+
 def test_sorted_micro_batches_cover_every_row_once_shortest_first():
     attn = torch.zeros(5, 10, dtype=torch.long)
     for i, n in enumerate([7, 2, 10, 4, 4]):
@@ -151,6 +172,7 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
         "update: padded",
         "update: sorted",
         "update: ours (forward_logp",
+        "update: ours with a TF32 head (a candidate",
         "TRL",
         "turns: prefill tokens, kept KV",
         "turns: decode row-steps, continuous vs turn batching",
@@ -170,6 +192,8 @@ def test_bench_quick_writes_markdown_and_json(tmp_path):
     assert all(r["value"] == r["value"] for r in js["rows"] if r["value"] is not None)  # no NaN figures
     folded = next(r for r in js["rows"] if r["what"] == "decode attention: on the K/V heads")
     assert float(folded["note"].split("max |Δ| ")[1].split(";")[0]) < 1e-5  # both compute the same
+    tf32 = next(r for r in js["rows"] if "TF32 head" in r["what"])
+    assert float(tf32["note"].split("max |Δ log-prob| ")[1].split(" ")[0]) == 0  # CUDA only: no change here
     chunks = next(r for r in js["rows"] if "head in chunks" in r["what"])
     assert float(chunks["note"].split("max |Δ| ")[1]) < 1e-4  # the same log-probs, chunked or not
     grads = next(r for r in js["rows"] if "head in checkpointed chunks" in r["what"])

@@ -3,6 +3,8 @@ and through the trainer's own forward (`models.forward_logp`)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ragen_lib import models
@@ -48,6 +50,32 @@ def _ours_fwd_bwd(model, ids, attn, rows, width) -> None:
     (-masked_mean(logp + 1e-3 * ent, a.float())).backward()
 
 
+@contextlib.contextmanager
+def tf32_matmuls():
+    """CUDA's float32 matmuls in TF32 while inside: under bf16 autocast the only float32 GEMMs left
+    are the LM head's (`models.lm_logits`), which at Qwen2.5's vocabulary cost a token about as much
+    as the whole bf16 body. Not what the trainer does: the bench measures the lever and its error
+    first. CPU matmuls are left alone. The new API only: torch refuses to read the TF32 state once
+    the legacy `allow_tf32` and the new `fp32_precision` have both been set."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
+def _head_error(model, ids, attn, rows, width) -> float:
+    """Largest |log-prob difference| of the trainer's forward with a TF32 head against float32."""
+    i, a = ids[rows, :width], attn[rows, :width]
+    with torch.no_grad():
+        full = models.forward_logp(model, i, a, a, with_entropy=False, causal_only=True)[0]
+        with tf32_matmuls():
+            tf32 = models.forward_logp(model, i, a, a, with_entropy=False, causal_only=True)[0]
+    return float((full - tf32).abs().max())
+
+
 def measure_update(model, device: str, size: dict) -> list[Row]:
     g = torch.Generator().manual_seed(0)
     L, B, mb = size["update_max_len"], size["update_rows"], size["micro_batch_size"]
@@ -72,6 +100,14 @@ def measure_update(model, device: str, size: dict) -> list[Row]:
         t_pad = timed(padded, device, size["repeats"])
         t_sorted = timed(packed, device, size["repeats"])
         t_ours = timed(lambda: packed(_ours_fwd_bwd), device, size["repeats"])
+        first = sorted_micro_batches(attn, mb)[-1]  # the longest rows
+        try:
+            with tf32_matmuls():
+                t_tf32 = timed(lambda: packed(_ours_fwd_bwd), device, size["repeats"])
+            error = _head_error(model, ids, attn, first, int(attn[first].sum(1).max()))
+            tf32 = f"max |Δ log-prob| {error:.2g}"
+        except (RuntimeError, AttributeError) as e:  # a torch without the new API, or one that refuses it
+            t_tf32, tf32 = None, f"not measured: {type(e).__name__}: {str(e)[:200]}"
     finally:
         model.zero_grad(set_to_none=True)
         model.eval()
@@ -95,5 +131,14 @@ def measure_update(model, device: str, size: dict) -> list[Row]:
             "≥ 250k tokens/s (H100)",
             t_pad / t_ours,
             note + "; no padding mask, float32 head on trained positions only, with entropies",
+        ),
+        Row(
+            "update: ours with a TF32 head (a candidate, not the trainer's)",
+            None if t_tf32 is None else tokens / t_tf32,
+            "tokens/s",
+            vs_naive=None if t_tf32 is None else t_pad / t_tf32,
+            note=note + f"; as the row above, CUDA's float32 matmuls in TF32; {tf32} against the "
+            f"float32 head on the {len(first)} longest rows"
+            + ("" if device.startswith("cuda") else " (TF32 acts on CUDA only: here the same computation)"),
         ),
     ]
