@@ -127,9 +127,21 @@ def _wrap(text: str, width: int) -> str:
     return textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
 
 
+FLAT_SPAN = 1e-3
+"""The least height of a value axis, relative to its values' size: a curve that moves less draws
+flat (the tiny model's entropy moved 1e-6 around 10.79, drawn across the whole panel, its ticks
+10.7898684, wide enough to crowd the next column)."""
+
+
 def _plain(ax) -> None:
     """No offset: the ticks show the values themselves, in scientific notation only where they are
-    under 1e-3 or over 1e6 in size (a loss of 1e-14 drew every tick as 0.0000000000000000)."""
+    under 1e-3 or over 1e6 in size (a loss of 1e-14 drew every tick as 0.0000000000000000). A value
+    axis spans at least FLAT_SPAN of its values' size."""
+    low, high = ax.get_ylim()
+    least = FLAT_SPAN * max(abs(low), abs(high))
+    if 0 < high - low < least:
+        mid = (low + high) / 2
+        ax.set_ylim(mid - least / 2, mid + least / 2)
     for axis in ("x", "y"):
         try:
             ax.ticklabel_format(axis=axis, useOffset=False, style="sci", scilimits=(-3, 6))

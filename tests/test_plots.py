@@ -83,6 +83,21 @@ def test_tiny_values_get_a_scientific_multiplier_not_ticks_that_all_read_zero():
     assert ax.yaxis.get_offset_text().get_text() == "1e\u221214"  # the multiplier, above the axis
 
 
+def test_a_curve_that_barely_moves_draws_flat_with_short_ticks_not_its_noise_across_the_panel():
+    """The tiny model's entropy moved 1e-6 around 10.79: the panel spread that over its full height,
+    with ticks like 10.7898684 crowding the column beside it."""
+    df = runs_df()
+    df["policy/entropy"] = 10.789868 + 1e-7 * df["step"]
+    fig = plots.curves(df, ["policy/entropy"], hue="variant")
+    ax = [ax for ax in fig.axes if ax.get_ylabel() == plots.label("policy/entropy")][0]
+    fig.canvas.draw()
+    low, high = ax.get_ylim()
+    assert high - low >= 1e-3 * 10.78 and low < 10.789868 < high
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert ticks and max(len(t) for t in ticks) <= 7, ticks  # 10.7825, not 10.7898684
+    assert ax.yaxis.get_major_formatter().get_offset() == ""  # still the values themselves
+
+
 def test_a_success_panel_of_several_envs_says_it_has_no_reference_lines_and_the_legend_names_none():
     """Bandit's chance is 0.5 and Sokoban's about 0.2: a panel mixing them gets neither line, says so,
     and the legend does not list lines that are not drawn (02's echo-trap figure did)."""
