@@ -366,9 +366,7 @@ def _update(
             if critic:
                 critic_opt.zero_grad(set_to_none=True)
             part = {k: torch.zeros((), device=device) for k in loss_keys}  # this rank's share
-            for rows, token_share in _micro_batches(
-                shard.local(mb_rows), mb_rows, row_tokens, data, t, groups
-            ):
+            for rows, token_share in _micro_batches(shard, mb_rows, row_tokens, data, t, groups):
                 mb, how = _micro(data, rows, device, t.shared_prefix)
                 logp, ent = models.forward_logp(
                     policy,
@@ -496,22 +494,32 @@ def _step(module, opt, grad_clip: float, shard: Shard, skipped: dict, name: str)
     return norm
 
 
-def _micro_batches(
-    local: torch.Tensor, mb_rows: torch.Tensor, row_tokens: torch.Tensor, data: dict, t, groups=None
-):
-    """This rank's micro-batches of a mini-batch (`mb_rows`, global; `local`, this rank's rows)
-    and each one's weight in the mini-batch loss, which multiplies its own token mean.
+def _micro_batches(shard: Shard, mb_rows: torch.Tensor, row_tokens: torch.Tensor, data: dict, t, groups=None):
+    """This rank's micro-batches of a mini-batch (`mb_rows`, global kept rows; `row_tokens`, every
+    global row's loss tokens), as indices into this rank's rows, and each one's weight in the
+    mini-batch loss, which multiplies its own token mean.
 
     token-mean: packed by length (`_packs`); weight = its loss tokens / the global mini-batch's, so
-    every token weighs the same. micro-batch-mean (RAGEN/verl): `micro_batch_size` rows at a time in
-    the given order; weight 1 / the number of micro-batches (over all ranks, counted as if the rows
-    were cut globally: exact on one process)."""
+    every token weighs the same. micro-batch-mean (RAGEN/verl): the mini-batch cut into
+    `micro_batch_size` rows at a time in the given order, as one process cuts it, each weighing
+    1 / their number; a rank takes its rows of each (none: it skips it), weighted by its share of
+    that micro-batch's loss tokens, so the ranks' parts sum to one process's loss. (Cut per rank,
+    a rank holding none of a mini-batch forwarded an empty micro-batch and crashed, and a rank's
+    share not a multiple of the micro-batch made the weights sum past 1.)"""
     if t.loss_agg == "micro-batch-mean":
-        n_micro = -(-len(mb_rows) // t.micro_batch_size)
-        return [(rows, 1.0 / n_micro) for rows in local.split(t.micro_batch_size)]
+        cut = mb_rows.split(t.micro_batch_size)
+        out = []
+        for micro in cut:
+            rows = shard.local(micro)
+            if len(rows):
+                share = float(data["loss_mask"][rows].sum()) / float(row_tokens[micro].sum().clamp(min=1))
+                out.append((rows, share / len(cut)))  # CPU: no sync
+        return out
     n_tok = float(row_tokens[mb_rows].sum().clamp(min=1))  # token-mean over the GLOBAL mini-batch
     shared = (data["input_ids"], groups) if t.shared_prefix else None
-    packs = _packs(local, data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens, shared)
+    packs = _packs(
+        shard.local(mb_rows), data["attention_mask"], t.micro_batch_size, t.micro_batch_tokens, shared
+    )
     return [(rows, float(data["loss_mask"][rows].sum()) / n_tok) for rows in packs]  # CPU: no sync
 
 

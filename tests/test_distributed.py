@@ -146,7 +146,23 @@ def _single(cfg: config.Config, monkeypatch) -> tuple[list[dict], list[list[int]
             "bandit",
             {"rollout.temperature": 0.0, "algo.filter_keep": 0.75, "algo.gamma": 0.9, "algo.kl_coef": 1e-3},
         ),
+        # The paper profile's update (RAGEN/verl): the first in-order mini-batch of 4 holds rank 0's
+        # 4 kept rows and none of rank 1's, which forwarded an empty micro-batch and crashed; cut per
+        # rank, the micro-batch weights summed past 1 (a grad norm 1.5x one process's).
+        (
+            "starpo-s",
+            "bandit",
+            {
+                "rollout.temperature": 0.0,
+                "algo.filter_keep": 0.75,
+                "algo.gamma": 0.9,
+                "algo.kl_coef": 1e-3,
+                "train.loss_agg": "micro-batch-mean",
+                "train.minibatch_order": "in-order",
+            },  # fmt: skip
+        ),
     ],
+    ids=["grpo-sokoban", "starpo-s-token-mean", "starpo-s-micro-batch-mean-in-order"],
 )
 def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
     cfg = config.from_dict(TINY, {"algo.name": algo, "env.name": env, **over})

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ragen_lib import models, trainer
+from ragen_lib.distributed import Shard
 
 
 def _rows(lengths, vocab, seed=0):
@@ -243,7 +244,7 @@ def test_micro_batch_mean_weighs_micro_batches_equally_as_verl_and_token_mean_we
 
     def loss(agg):
         t = TrainConfig(micro_batch_size=2, loss_agg=agg)
-        parts = trainer._micro_batches(rows, rows, row_tokens, data, t)
+        parts = trainer._micro_batches(Shard(None, rows, 0, 5), rows, row_tokens, data, t)
         assert sorted(torch.cat([r for r, _ in parts]).tolist()) == rows.tolist()
         return sum(
             w * float((per_token[r] * data["loss_mask"][r]).sum() / data["loss_mask"][r].sum())
@@ -254,6 +255,22 @@ def test_micro_batch_mean_weighs_micro_batches_equally_as_verl_and_token_mean_we
     assert loss("micro-batch-mean") == pytest.approx((5 / 3 + 25 / 7 + 5) / 3)
     # token-mean: (1·1 + 2·2 + 3·3 + 4·4 + 5·5) / 15, whatever the packing.
     assert loss("token-mean") == pytest.approx(55 / 15)
+    # Two ranks, rows 0-2 and 3-4: their shares of the same mini-batch sum to one process's loss.
+    for agg, mb_rows in (("micro-batch-mean", rows), ("micro-batch-mean", torch.tensor([4, 0, 3, 1, 2])),
+                         ("micro-batch-mean", torch.tensor([0, 1, 2])), ("token-mean", rows)):  # fmt: skip
+        t = TrainConfig(micro_batch_size=2, loss_agg=agg)
+        whole = trainer._micro_batches(Shard(None, rows, 0, 5), mb_rows, row_tokens, data, t)
+        split = 0.0
+        for lo, n in ((0, 3), (3, 2)):
+            local = {k: v[lo : lo + n] for k, v in data.items()}
+            for r, w in trainer._micro_batches(Shard(None, rows[:n], lo, 5), mb_rows, row_tokens, local, t):
+                token_mean = (per_token[lo + r] * local["loss_mask"][r]).sum() / local["loss_mask"][r].sum()
+                split += w * float(token_mean)
+        one = sum(
+            w * float((per_token[r] * data["loss_mask"][r]).sum() / data["loss_mask"][r].sum())
+            for r, w in whole
+        )
+        assert split == pytest.approx(one), (agg, mb_rows)  # a rank holding no row of it adds nothing
     with pytest.raises(ValueError, match="train.loss_agg"):
         TrainConfig(loss_agg="seq-mean")
     with pytest.raises(ValueError, match="train.minibatch_order"):
