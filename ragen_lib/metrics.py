@@ -134,7 +134,8 @@ METRICS: dict[str, Metric] = {
     ),
     "policy/approx_kl": Metric("approx KL (old‖new)", "k3 estimate of KL(π_old ‖ π) during the update"),
     "policy/ratio_std": Metric(
-        "ratio std", "spread (std over tokens) of the PPO ratio π/π_old during the update"
+        "ratio std",
+        "spread (std over each micro-batch's tokens, averaged) of the PPO ratio π/π_old during the update",
     ),
     "policy/apo_log_ratio": Metric(
         "A*-PO log-ratio",
@@ -238,8 +239,9 @@ METRICS: dict[str, Metric] = {
     ),
     "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
 }
-#: The update's statistics, one value per micro-batch (losses: per mini-batch; grad norm: per optimizer
-#: step), averaged per step (the grad norm's largest is `policy/grad_norm_max` too).
+#: The update's statistics, one value per mini-batch (the micro-batches' weighted shares summed over
+#: micro-batches and ranks, as the loss is; the grad norm: per optimizer step), averaged per step
+#: (the grad norm's largest is `policy/grad_norm_max` too).
 UPDATE_KEYS = (
     "loss/policy",
     "loss/value",

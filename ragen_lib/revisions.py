@@ -58,6 +58,16 @@ CHANGES: tuple[Change, ...] = (
         "the end ids an answer stops at; a run without a record was trained by code of unknown date)",
         _every_config,
     ),
+    Change(
+        2,
+        "2026-12-07",
+        "the update's clip fractions, approx KL, ratio spread and A*-PO statistics were each "
+        "mini-batch's token-weighted statistic (they were plain means over the length-packed "
+        "micro-batches, so the packing moved them; the clip and staleness mechanism checks read them). "
+        "The gradient is unchanged; micro-batch-mean runs log the same wherever every mini-batch "
+        "holds the same number of micro-batches, as in every paper grid point",
+        lambda cfg: cfg.train.loss_agg == "token-mean",
+    ),
 )
 
 REVISION = max(c.revision for c in CHANGES)
@@ -188,7 +198,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.estimators": "08f521d3cb23",
     "ragen_lib.algorithms.filtering": "878046ee1ce0",
     "ragen_lib.algorithms.losses": "72100ef76e2e",
-    "ragen_lib.algorithms.objectives": "257893b24e71",
+    "ragen_lib.algorithms.objectives": "05192c7fb1f2",
     "ragen_lib.attention": "d6e4c20eb7bc",
     "ragen_lib.config": "4643361ff576",
     "ragen_lib.distributed": "199d37d1ed1a",
@@ -204,7 +214,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "3a2046896516",
     "ragen_lib.seeds": "f89b648e3869",
-    "ragen_lib.trainer": "be1723908b68",
+    "ragen_lib.trainer": "aef9eeb4bb17",
     "ragen_lib.warmup": "7b4bfa8f3345",
     "ragen_lib.work": "906d49cff14f",
 }

@@ -351,9 +351,16 @@ def _update(
     (policy, opt), (critic, critic_opt) = actor, value
     objective = A.POLICY_OBJECTIVES[a.objective]
     stats: dict[str, list[float]] = {k: [] for k in M.UPDATE_KEYS}  # the same keys on every rank
-    # A micro-batch's loss is its weighted share of the mini-batch loss: summed over the micro-batches
-    # (and ranks), so the logged loss does not depend on how a mini-batch was cut.
+    # A micro-batch's loss and statistics are its weighted shares of the mini-batch's: summed over
+    # the micro-batches (and ranks), so what is logged does not depend on how a mini-batch was cut.
     loss_keys = ["loss/policy", *(["loss/value"] if critic else [])]
+    # The objective's statistics, per mini-batch: this rank's summed shares and whether it returned
+    # them (a rank may hold no row of a mini-batch; PPO returns no A*-PO statistic)
+    stat_keys = [
+        k for k in M.UPDATE_KEYS if k not in loss_keys and k not in ("loss/value", "policy/grad_norm")
+    ]
+    shares: dict[str, list] = {k: [] for k in stat_keys}
+    seen: dict[str, list] = {k: [] for k in stat_keys}
     order = torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.MINIBATCH_ORDER))
     row_tokens = shard.cat(data["loss_mask"].sum(1))  # (B_all,) loss tokens per global kept row
     policy.train()
@@ -366,6 +373,8 @@ def _update(
             if critic:
                 critic_opt.zero_grad(set_to_none=True)
             part = {k: torch.zeros((), device=device) for k in loss_keys}  # this rank's share
+            stat_part = {k: torch.zeros((), device=device) for k in stat_keys}
+            returned: set[str] = set()
             for rows, token_share in _micro_batches(shard, mb_rows, row_tokens, data, t, groups):
                 mb, how = _micro(data, rows, device, t.shared_prefix)
                 logp, ent = models.forward_logp(
@@ -396,10 +405,9 @@ def _update(
                     ) from None
                 part["loss/policy"] += loss.detach()  # read once, at the end of the update
                 for k, v in s.items():
-                    if k in part:
-                        part[k] += v
-                    elif k in stats:
-                        stats[k].append(v)
+                    if k in stat_part:
+                        stat_part[k] += v
+                        returned.add(k)
                     else:  # every rank reduces the same keys, declared before the first update
                         raise KeyError(
                             f"algo.objective={a.objective!r} returned the stat {k!r}, which "
@@ -424,22 +432,28 @@ def _update(
                     part["loss/value"] += vl.detach()
             for k, v in part.items():
                 stats[k].append(v)
+            for k, v in stat_part.items():
+                shares[k].append(v)
+                seen[k].append(float(k in returned))
             stats["policy/grad_norm"].append(_step(policy, opt, t.grad_clip, shard, skipped, "policy"))
             if critic:
                 _step(critic, critic_opt, t.grad_clip, shard, skipped, "critic")
     policy.eval()
-    # Per-micro-batch values of every rank; the grad norm is taken after the sum over ranks, so it
-    # is the same on every rank and not gathered; the losses, one per mini-batch, are summed over
-    # ranks. The statistics stayed on the device: one read each.
+    # One value per mini-batch: the losses and statistics are summed over ranks; the grad norm is
+    # taken after the sum over ranks, so it is the same on every rank. A statistic no rank returned
+    # for a mini-batch is left out (none at all: NaN in the step's metrics). The values stayed on
+    # the device: one read each.
     out = {}
     for k, v in stats.items():
         if k == "policy/grad_norm":
             out[k] = v
         elif k in loss_keys:
             out[k] = shard.ranks.sum(torch.stack(v)).tolist()
-        else:
-            out[k] = shard.cat(torch.stack(v).tolist() if v else [])
-    return out
+    for k in stat_keys:
+        total = shard.ranks.sum(torch.stack(shares[k])).tolist() if shares[k] else []
+        by = shard.ranks.sum(torch.tensor(seen[k], dtype=torch.float64)).tolist() if seen[k] else []
+        out[k] = [x for x, n in zip(total, by) if n > 0]
+    return {k: out.get(k, []) for k in M.UPDATE_KEYS}  # loss/value without a critic: NaN
 
 
 def _batch_metrics(

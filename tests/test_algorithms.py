@@ -403,8 +403,9 @@ def test_apo_objective_logs_its_log_ratio_and_residual_by_hand():
     loss, stats = POLICY_OBJECTIVES["apo"](logp, mb, a, token_share=0.3, seq_share=0.5)
     assert_close(loss, torch.tensor(0.125))
     assert set(stats) == {"policy/apo_log_ratio", "policy/apo_residual"}  # loss/policy carries the loss
-    assert_close(stats["policy/apo_log_ratio"], torch.tensor(0.5))
-    assert_close(stats["policy/apo_residual"], torch.tensor(0.5))
+    # each statistic weighted by the loss's share too (0.5 of the sequences): the trainer sums them
+    assert_close(stats["policy/apo_log_ratio"], torch.tensor(0.5 * 0.5))
+    assert_close(stats["policy/apo_residual"], torch.tensor(0.5 * 0.5))
 
 
 def test_zscore_by_hand():

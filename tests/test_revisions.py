@@ -20,6 +20,7 @@ def cfg_of(**train) -> config.Config:
 
 OLD = cfg_of(online_k=2, steps=4)  # touched by the change of revision 2 below
 SAME = cfg_of(online_k=1, steps=4)  # left alone by it
+REAL_CHANGES = revisions.CHANGES  # before the fixture below swaps in a record of its own
 ONLINE = revisions.Change(
     2, "2099-01-01", "online-k changed (a test's change)", lambda c: c.train.online_k > 1
 )
@@ -27,10 +28,22 @@ ONLINE = revisions.Change(
 
 @pytest.fixture(autouse=True)
 def revision_2(monkeypatch):
-    """Today's record plus a change of revision 2 that touches online-k configs only: a run of
-    revision 1 stands where it does not touch its config, any run without a record is outdated."""
-    monkeypatch.setattr(revisions, "CHANGES", (*revisions.CHANGES, ONLINE))
+    """The record's first change plus a change of revision 2 that touches online-k configs only: a
+    run of revision 1 stands where it does not touch its config, any run without a record is
+    outdated. (The mechanism, on a record of its own: today's later changes are tested below.)"""
+    monkeypatch.setattr(revisions, "CHANGES", (revisions.CHANGES[0], ONLINE))
     monkeypatch.setattr(revisions, "REVISION", 2)
+
+
+def test_todays_record_names_what_each_change_touches():
+    """Revision 2: the update's statistics became each mini-batch's, which moved what token-mean
+    runs log (packed micro-batches); micro-batch-mean runs log the same where the micro-batches of
+    a mini-batch are equal in number (every paper grid point)."""
+    real = {c.revision: c for c in REAL_CHANGES}
+    assert sorted(real) == list(range(1, max(real) + 1))  # numbered without gaps, from 1
+    stats = real[2]
+    assert stats.affects(cfg_of()) and stats.affects(cfg_of(loss_agg="token-mean"))
+    assert not stats.affects(cfg_of(loss_agg="micro-batch-mean"))
 
 
 def test_a_change_touches_the_runs_of_earlier_revisions_whose_configs_it_names():

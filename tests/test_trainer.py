@@ -683,18 +683,32 @@ def test_the_reference_forward_runs_only_when_something_reads_it(monkeypatch):
 
 
 @pytest.mark.parametrize("algo", ["starpo-ppo", "apo"])
-def test_the_logged_losses_do_not_depend_on_the_micro_batches(algo):
+def test_the_logged_losses_and_update_statistics_do_not_depend_on_the_micro_batches(algo):
     """loss/policy and loss/value are each mini-batch's loss: micro-batches of 1 row or of
-    the whole batch log the same numbers (they once logged the mini-batch loss / their count)."""
-    base = {"algo.name": algo, "train.steps": 1, "train.groups": 2, "train.mini_batches": 2}
+    the whole batch log the same numbers (they once logged the mini-batch loss / their count). So
+    are the clip fractions, the approx KL and A*-PO's statistics, which the clip and staleness
+    mechanism checks read: they were plain means over micro-batches, so the packing (and, in a
+    data-parallel run, the process count) moved them (clip fractions 1.5x on two processes)."""
+    # Mini-batches of 4 rows: micro-batches of 1 row, against 3 + 1 (a mean over those two weighed
+    # the lone row as much as the other three) and the whole mini-batch.
+    base = {"algo.name": algo, "train.steps": 1, "train.groups": 4, "train.mini_batch_size": 4,
+            "train.actor_lr": 0.05, "algo.gamma": 0.9}  # fmt: skip
     if algo == "apo":
-        base.update({"algo.apo_prompt_pool": 6, "algo.apo_ref_samples": 2})
+        base.update({"algo.apo_prompt_pool": 8, "algo.apo_ref_samples": 2})
     [one] = trainer.train(tiny(**base, **{"train.micro_batch_size": 1}), progress=False)
+    [three] = trainer.train(tiny(**base, **{"train.micro_batch_size": 3}), progress=False)
     [all_] = trainer.train(tiny(**base, **{"train.micro_batch_size": 64}), progress=False)
     keys = ["loss/policy", "loss/value"] if algo == "starpo-ppo" else ["loss/policy"]
-    for k in keys:
-        assert math.isfinite(one[k]) and one[k] != 0, k
+    stats = (
+        ["policy/clip_frac_low", "policy/clip_frac_high", "policy/approx_kl"]
+        if algo == "starpo-ppo"
+        else ["policy/apo_log_ratio", "policy/apo_residual"]
+    )
+    for k in keys + stats:
+        assert math.isfinite(one[k]), k
         assert one[k] == pytest.approx(all_[k], rel=1e-4, abs=1e-7), k
+        assert three[k] == pytest.approx(all_[k], rel=1e-4, abs=1e-7), k
+    assert any(one[k] != 0 for k in keys) and any(one[k] != 0 for k in stats), one
 
 
 def test_four_mini_batches_move_the_ratio_and_the_clip_acts():

@@ -7,7 +7,9 @@ old_logp, ref_logp, advantages, rewards). The loss is this micro-batch's part of
 mean: `token_share` = its tokens / the mini-batch's tokens (token-mean objectives), `seq_share` =
 its sequences / the mini-batch's sequences (sequence-mean ones), so summing the micro-batches'
 gradients gives the mini-batch gradient. `stats` are 0-d tensors keyed by metric name (each
-declared in `metrics.UPDATE_KEYS` and `METRICS`: every rank reduces the same keys), left on the
+declared in `metrics.UPDATE_KEYS` and `METRICS`), each weighted by the same share as the loss, so
+that the trainer's sum over micro-batches and ranks is the mini-batch's statistic whatever the
+cut (a plain mean over micro-batches moved with the packing and the process count); left on the
 device (the trainer reads them once per step: no host sync per micro-batch). The KL loss and
 the entropy bonus are not part of an objective: the trainer adds them to any objective.
 """
@@ -30,7 +32,8 @@ def ppo_clip_objective(
         logp, mb["old_logp"], mb["advantages"], mb["loss_mask"], clip_low=a.clip_low, clip_high=a.clip_high
     )
     stats = {
-        f"policy/{k}": s[k].detach() for k in ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_std")
+        f"policy/{k}": s[k].detach() * token_share
+        for k in ("clip_frac_low", "clip_frac_high", "approx_kl", "ratio_std")
     }
     return loss * token_share, stats
 
@@ -46,7 +49,10 @@ def apo_objective(
     loss, s = apo_loss(
         seq_lp, ref_seq, mb["rewards"], mb["rewards"] - mb["advantages"][:, 0], beta2=a.apo_beta2
     )
-    stats = {"policy/apo_log_ratio": s["apo/log_ratio_mean"], "policy/apo_residual": s["apo/residual_mean"]}
+    stats = {
+        "policy/apo_log_ratio": s["apo/log_ratio_mean"] * seq_share,
+        "policy/apo_residual": s["apo/residual_mean"] * seq_share,
+    }
     return loss * seq_share, stats
 
 
