@@ -133,7 +133,8 @@ offline-bundle: $(STAMP)
 # so an interrupted replicate-all picks up where it stopped. A notebook that fails does not stop
 # the others (one finding's bug should not cost the rest of a GPU lease); the report marks it and
 # replicate-all exits 1 naming it. A notebook killed by a signal (exit > 128) stops the loop.
-PROFILE ?= $(shell $(PY) -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke)
+# RAGEN_PROFILE, which JupyterLab's kernels read, is the default where it is set (make ignored it).
+PROFILE ?= $(or $(RAGEN_PROFILE),$(shell $(PY) -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke))
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB ?= 00
 

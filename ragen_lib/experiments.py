@@ -73,26 +73,53 @@ def train_mode() -> str:
 
 
 def load_profile(profile: str, path: Path | None = None) -> dict:
-    data = config.read_yaml(path or ROOT / "params" / "profiles.yaml")
+    """The profile's settings from params/profiles.yaml (or `path`), checked; "profiles" lists every
+    profile the file defines (a grid variant's `profiles:` must name them)."""
+    path = path or ROOT / "params" / "profiles.yaml"
+    data = config.read_yaml(path)
+    if not isinstance(data, dict) or not data:
+        raise ValueError(
+            f"{path} is empty or not a mapping of profiles (smoke:, quick:, paper:, each with seeds, "
+            "overrides, ...)"
+        )
     if profile not in data:
         raise ValueError(f"unknown profile {profile!r}; valid profiles: {', '.join(data)}")
-    prof = data[profile]
+    prof = data[profile] or {}
+    if not isinstance(prof, dict):
+        raise ValueError(f"profile {profile!r} in {path} is a mapping of its settings, not {prof!r}")
     valid = ("seeds", "overrides", "runs_per_device", "max_episodes_per_step", "judged")
     unknown = set(prof) - set(valid)
     if unknown:
         raise ValueError(
             f"profile {profile!r} has unknown key(s) {sorted(unknown)}; valid: {', '.join(valid)}"
         )
+    cap = prof.get("max_episodes_per_step")
+    # the grid files beside the profiles: the findings a judged entry may name
+    findings = sorted(p.stem for p in Path(path).parent.glob("*.yaml") if p.stem != Path(path).stem)
     return {
         "seeds": parse_seeds(prof.get("seeds", [0]), f"profile {profile!r}: seeds"),
         "overrides": dict(prof.get("overrides") or {}),
-        "runs_per_device": int(prof.get("runs_per_device", 1)),
-        "max_episodes_per_step": prof.get("max_episodes_per_step"),
-        "judged": _check_judged(profile, prof.get("judged", "all")),
+        "runs_per_device": _whole(profile, "runs_per_device", prof.get("runs_per_device", 1)),
+        "max_episodes_per_step": None
+        if cap is None
+        else _whole(profile, "max_episodes_per_step", cap, " or absent"),
+        "judged": _check_judged(profile, prof.get("judged", "all"), findings),
+        "profiles": list(data),
     }
 
 
-def _check_judged(profile: str, judged):
+def _whole(profile: str, key: str, value, absent: str = "") -> int:
+    """A profile's count setting, refused by name where it is not a whole number >= 1 (int() named
+    neither the key nor the file, and cut 2.7 to 2 without a word)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"profile {profile!r}: {key} must be a whole number >= 1{absent}, got {value!r} "
+            "(params/profiles.yaml)"
+        )
+    return value
+
+
+def _check_judged(profile: str, judged, findings: list[str]):
     if judged == "all":
         return "all"
     if not isinstance(judged, list):
@@ -105,6 +132,12 @@ def _check_judged(profile: str, judged):
             raise ValueError(
                 f"profile {profile!r}: judged entry {entry!r} needs `finding` and may have only "
                 f"{', '.join(sorted(valid))}"
+            )
+        if findings and entry["finding"] not in findings:  # its study would run as a pilot, unsaid
+            raise ValueError(
+                f"profile {profile!r}: judged entry names finding {entry['finding']!r}, which has no grid "
+                f"file {entry['finding']}.yaml{config.did_you_mean(str(entry['finding']), findings)}; "
+                f"findings: {', '.join(findings)}"
             )
         if "seeds" in entry:
             entry["seeds"] = parse_seeds(
@@ -247,7 +280,9 @@ def judged_variants(
     """`variants`, each with the profile's judged entry its grid point matched (`judged_entry`: {}
     where the profile judges everything, None for a pilot point): the study it serves (`backlog`)."""
     path = grid_file(finding)
-    spec = config.read_yaml(path) or {}
+    spec = config.read_yaml(path)
+    if spec is None or spec == {}:  # it trained one run of the default config, without a word
+        raise ValueError(f"{path} is empty: a grid file needs base and/or grid (and may have extra)")
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: a grid file is a mapping with base, grid and extra")
     overrides = parse_overrides(overrides)
@@ -261,6 +296,11 @@ def judged_variants(
     prof = load_profile(profile)
     grid = spec.get("grid") or [{}]
     if isinstance(grid, dict):  # one value, not a list: iterated as letters ('sokoban' → 's', 'o', …)
+        empty = [k for k, v in grid.items() if isinstance(v, list) and not v]
+        if empty:  # the product is empty: no run, and the notebook said nothing was left to train
+            raise ValueError(
+                f"{path}: grid key {empty[0]} has no values: give at least one, e.g. {empty[0]}: [x]"
+            )
         single = {k: v for k, v in grid.items() if not isinstance(v, list)}
         if single:
             k, v = next(iter(single.items()))
@@ -293,6 +333,13 @@ def judged_variants(
     out = []
     for point in variants_:
         only = point.pop("profiles", None)  # a variant for some profiles only (e.g. the paper's full table)
+        wrong = [p for p in only or [] if p not in prof["profiles"]] if isinstance(only, list) else [only]
+        if only is not None and wrong:  # a misspelt name dropped the variant from every profile, unsaid
+            raise ValueError(
+                f"{path}: a variant has profiles: {only!r}, and {wrong[0]!r} is not a profile"
+                f"{config.did_you_mean(str(wrong[0]), prof['profiles'])}; profiles: "
+                f"{', '.join(prof['profiles'])} (a list of them)"
+            )
         if only is not None and profile not in only:
             continue
         labels = {k: v for k, v in point.items() if "." not in k}

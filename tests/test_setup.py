@@ -122,6 +122,12 @@ def test_replicate_stops_a_bad_notebook_profile_or_model_in_one_line_before_a_ke
     assert not (tmp_path / "out").exists()  # no output folder was made for the bad profile or model
     report = _make(tmp_path, "report", "PROFILE=smok")
     assert report.returncode == 2 and report.stderr.startswith("error: unknown profile 'smok'")
+    # RAGEN_PROFILE, what JupyterLab's kernels read, is make's default too (it was ignored: make
+    # ran smoke, or quick on a GPU host, without a word); PROFILE= on the command line still wins
+    env = _make(tmp_path, "report", RAGEN_PROFILE="smok")
+    assert env.returncode == 2 and env.stderr.startswith("error: unknown profile 'smok'"), env.stderr
+    both = _make(tmp_path, "report", "PROFILE=smik", RAGEN_PROFILE="smok")
+    assert both.stderr.startswith("error: unknown profile 'smik'"), both.stderr
 
 
 def test_host_python_runs_the_targets_with_that_python_and_never_builds_a_venv(tmp_path):
