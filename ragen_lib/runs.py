@@ -82,9 +82,11 @@ class RunStoreWarning(UserWarning):
 
 def output_root(profile: str) -> Path:
     """`outputs/<profile>` of the checkout, or `$RAGEN_OUTPUTS/<profile>` (the notebook tests point
-    it at a scratch folder so they never reuse or overwrite a researcher's runs)."""
-    base = os.environ.get("RAGEN_OUTPUTS") or Path(__file__).resolve().parent.parent / "outputs"
-    return Path(base) / profile
+    it at a scratch folder so they never reuse or overwrite a researcher's runs). A relative
+    RAGEN_OUTPUTS is the checkout's, as make reads it at the checkout's root: read against the
+    working folder, JupyterLab's kernels (in notebooks/) wrote a second store there."""
+    checkout = Path(__file__).resolve().parent.parent
+    return checkout / (os.environ.get("RAGEN_OUTPUTS") or "outputs") / profile
 
 
 def read_done(path: Path) -> dict | None:

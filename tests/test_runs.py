@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1286,3 +1287,15 @@ def test_ragen_commit_names_a_copy_whose_git_is_absent_or_stale(monkeypatch):
     monkeypatch.setattr(runs.subprocess, "run", no_git)
     monkeypatch.delenv("RAGEN_COMMIT")
     assert runs.git_commit() == "unknown"
+
+
+def test_a_relative_ragen_outputs_is_the_checkouts_wherever_the_process_runs(tmp_path, monkeypatch):
+    """RAGEN_OUTPUTS=myruns was read against the working folder: make (at the checkout's root) wrote
+    ./myruns, and JupyterLab's kernels (in notebooks/) notebooks/myruns, two stores, and the report
+    never saw the lab's runs."""
+    root = Path(runs.__file__).resolve().parent.parent
+    monkeypatch.setenv("RAGEN_OUTPUTS", "myruns")
+    monkeypatch.chdir(tmp_path)
+    assert runs.output_root("smoke") == root / "myruns" / "smoke"
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path / "abs"))
+    assert runs.output_root("smoke") == tmp_path / "abs" / "smoke"
