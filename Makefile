@@ -101,7 +101,8 @@ demo: $(STAMP)
 # Speed report for this machine: outputs/bench/<device>.md and .json (DEVICE=cpu|cuda; QUICK=1, tiny
 # sizes, writes outputs/bench/quick/ and leaves the full report as it is).
 bench: $(STAMP)
-	$(PY) -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(QUICK),--quick)
+	$(if $(filter-out 0 1,$(QUICK)),$(error QUICK=$(QUICK): QUICK=1 for the tiny sizes, QUICK=0 or nothing for the full bench))
+	$(PY) -m ragen_lib bench $(if $(DEVICE),--device $(DEVICE)) $(if $(filter 1,$(QUICK)),--quick)
 
 # The work section at commit BEFORE, then here, back to back on this machine; the table
 # (outputs/bench/work/<device>.md) holds both. BEFORE defaults to the commit that added the counters.
@@ -137,10 +138,13 @@ offline-bundle: $(STAMP)
 PROFILE ?= $(or $(RAGEN_PROFILE),$(shell $(PY) -c "import torch; print('quick' if torch.cuda.is_available() else 'smoke')" 2>/dev/null || echo smoke))
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 NB ?= 00
+# In the recipes that take a profile: `PROFILE=` given empty (argparse named no make variable).
+CHECK_PROFILE = $(if $(strip $(PROFILE)),,$(error PROFILE is empty: give PROFILE=smoke, quick or paper, or leave it out))
 
 # `plan` prints each finding's runs, steps and disk, and refuses (before anything trains) when the
 # output disk cannot hold the plan; PLAN_FLAGS=--no-check skips the refusal.
 replicate-all: $(STAMP)
+	$(CHECK_PROFILE)
 	$(PY) -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
 	@failed=""; for nb in $(NOTEBOOKS); do n=$$(basename $$nb | cut -c1-2); \
 	   $(MAKE) --no-print-directory replicate NB=$$n PROFILE=$(PROFILE) PLANNED=1; rc=$$?; \
@@ -154,6 +158,7 @@ replicate-all: $(STAMP)
 # Alone, it first prints the finding's plan (a misspelt PROFILE, a missing model or a full disk
 # stop it there, in one line, before a kernel starts); replicate-all has planned already.
 replicate: $(STAMP)
+	$(CHECK_PROFILE)
 	@src=$$(ls notebooks/$(NB)_*.py 2>/dev/null); \
 	 if [ $$(echo $$src | wc -w) -ne 1 ]; then echo "make replicate: NB=$(NB) names no notebook; NB is one of: $$(ls notebooks/[0-9][0-9]_*.py | xargs -n1 basename | cut -c1-2 | tr '\n' ' ')" >&2; exit 2; fi; \
 	 name=$$(basename $$src .py); \
@@ -168,12 +173,14 @@ replicate: $(STAMP)
 	 rc=$$?; rm -rf $$tmp; exit $$rc
 
 report: $(STAMP)
+	$(CHECK_PROFILE)
 	$(PY) -m ragen_lib report $(PROFILE)
 
 # The runs PROFILE has left, judged studies first, with estimates; BUDGET_S=480 trains those expected
 # to finish in 480 s (a GPU lease: README, "A lease at a time"). RAGEN_TRAIN=stored make replicate-all
 # then judges what is stored.
 backlog: $(STAMP)
+	$(CHECK_PROFILE)
 	$(PY) -m ragen_lib backlog $(PROFILE) $(if $(BUDGET_S),--train $(BUDGET_S))
 
 # JupyterLab is the `lab` extra, installed here on first use: the test suite and the headless

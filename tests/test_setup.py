@@ -128,6 +128,13 @@ def test_replicate_stops_a_bad_notebook_profile_or_model_in_one_line_before_a_ke
     assert env.returncode == 2 and env.stderr.startswith("error: unknown profile 'smok'"), env.stderr
     both = _make(tmp_path, "report", "PROFILE=smik", RAGEN_PROFILE="smok")
     assert both.stderr.startswith("error: unknown profile 'smik'"), both.stderr
+    for target in ("report", "replicate", "replicate-all", "backlog"):  # argparse named no make variable
+        empty = _make(tmp_path, target, "PROFILE=")
+        assert (
+            empty.returncode == 2 and "PROFILE is empty: give PROFILE=smoke, quick or paper" in empty.stderr
+        )
+    quick = _make(tmp_path, "bench", "QUICK=yes")  # any value ran --quick, QUICK=0 too
+    assert quick.returncode == 2 and "QUICK=yes: QUICK=1 for the tiny sizes" in quick.stderr
 
 
 def test_host_python_runs_the_targets_with_that_python_and_never_builds_a_venv(tmp_path):
