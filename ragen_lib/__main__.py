@@ -323,8 +323,10 @@ def _plan(args) -> int:
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     print(experiments.format_plan(p))
-    blocked = _unwritable(p["root"])
-    if blocked and not args.no_check:  # papermill would fail on it later, in a traceback per notebook
+    from ragen_lib.files import unwritable
+
+    blocked = unwritable(p["root"])
+    if blocked:  # papermill would fail on it later, in a traceback per notebook (--no-check or not)
         raise ConfigError(
             f"the outputs folder {p['root']} cannot be made here: {blocked}. Point "
             f"{'--root' if args.root else 'RAGEN_OUTPUTS'} at a folder this user can write"
@@ -369,16 +371,6 @@ def _backlog(args) -> int:
         raise ConfigError(str(e)) from None
     print(backlog.format_backlog(items, studies, args.profile))
     return 1 if args.train is not None and done["failed"] else 0
-
-
-def _unwritable(root) -> str | None:
-    """Why folder `root` cannot be created or written (None: it can), without creating it."""
-    path = Path(root).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    if not path.is_dir():
-        return f"{path} is a file"
-    return None if os.access(path, os.W_OK) else f"{path} is not writable by this user"
 
 
 def _repair(args) -> int:

@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from ragen_lib import config, metrics, models, revisions, runs
+from ragen_lib import config, files, metrics, models, revisions, runs
 from ragen_lib.envs import env_class
 from ragen_lib.workers import run_grid, train_quietly, worker_slots
 
@@ -438,7 +438,14 @@ def run_finding(
     mode = train_mode()  # a misspelt RAGEN_TRAIN stops here, before anything trains
     seeds, overrides = parse_seeds(seeds), parse_overrides(overrides)  # papermill's text, once
     finding, pairs = variants(finding, profile, seeds=seeds, overrides=overrides)
+    root_given = bool(root)
     root = Path(root) if root else runs.output_root(profile)
+    blocked = files.unwritable(root) if mode == "all" else None
+    if blocked:  # else every run of the grid failed on it, a traceback each, then "rerun to resume"
+        raise ValueError(
+            f"the run store {root} cannot be made here: {blocked}. Point "
+            f"{'root' if root_given else 'RAGEN_OUTPUTS'} at a folder this user can write"
+        )
     cfgs = [c for c, _ in pairs]
     t0 = time.perf_counter()
     slots = worker_slots(load_profile(profile)["runs_per_device"])

@@ -127,3 +127,13 @@ def save_state(path: Path, state: dict) -> None:
             raise cause from None
         raise
     fsync_dir(path.parent)
+
+
+def unwritable(root) -> str | None:
+    """Why folder `root` cannot be created or written (None: it can), without creating it."""
+    path = Path(root).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        return f"{path} is a file"
+    return None if os.access(path, os.W_OK) else f"{path} is not writable by this user"

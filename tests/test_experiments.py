@@ -1260,3 +1260,20 @@ def test_profile_and_grid_mistakes_that_ran_silently_are_refused_by_name(tmp_pat
         grid.write_text(text)
         with pytest.raises(ValueError, match=re.escape(says)):
             experiments.variants(grid, "smoke")
+
+
+def test_a_run_store_that_cannot_be_made_is_named_before_any_run_not_once_per_run(
+    tmp_path, monkeypatch, capsys
+):
+    """RAGEN_OUTPUTS at a file, papermill run directly: 12 NotADirectoryError tracebacks, then "12 of
+    12 runs failed ... rerun to resume them"; and `plan --no-check` let it through to mkdir."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(blocker))
+    with pytest.raises(ValueError, match=r"the run store .*a-file/smoke cannot be made here: .*a-file is a "
+                                         r"file\. Point RAGEN_OUTPUTS at a folder"):  # fmt: skip
+        experiments.run_finding("03_uncertainty_filtering", "smoke", progress=False)
+    from ragen_lib.__main__ import main
+
+    assert main(["plan", "smoke", "--no-check", "--finding", "03_uncertainty_filtering"]) == 2
+    assert "cannot be made here" in capsys.readouterr().err
