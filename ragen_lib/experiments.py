@@ -787,7 +787,17 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
         "stored": stored,
         "edited": revisions.unreviewed() if stored else [],  # training modules unlike TRAINING_CODE
         "train": train_mode(),
+        # a real model's runs left to train and no GPU to train them on: days on a CPU, unsaid
+        "cpu_only": sum(r["steps"] for r in rows) > 0
+        and any(m != models.TINY_RANDOM for m in to_load)
+        and not _cuda_here(device),
     }
+
+
+def _cuda_here(device: str | None) -> bool:
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
 
 
 def format_plan(p: dict) -> str:
@@ -855,6 +865,12 @@ def format_plan(p: dict) -> str:
         f"{size(p['need_bytes'])} (largest peak + what finished runs keep), free {size(p['free_bytes'])}"
     )
     lines.append(est)
+    if p.get("cpu_only"):
+        lines.append(
+            f"note: no CUDA GPU here: these {sum(r['steps'] for r in p['findings'])} steps of "
+            f"{', '.join(p['models'])} would train on the CPU (`make check-learning`'s 12 Bandit steps "
+            "take about 30 min on 2 cores); PROFILE=smoke proves the pipeline in minutes"
+        )
     asked = os.environ.get(models.MODEL_ENV)
     if asked and p["models"] and asked not in p["models"]:  # smoke's configs name tiny-random
         lines.append(

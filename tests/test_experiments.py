@@ -1277,3 +1277,15 @@ def test_a_run_store_that_cannot_be_made_is_named_before_any_run_not_once_per_ru
 
     assert main(["plan", "smoke", "--no-check", "--finding", "03_uncertainty_filtering"]) == 2
     assert "cannot be made here" in capsys.readouterr().err
+
+
+def test_the_plan_says_when_a_real_models_runs_would_train_on_a_cpu(monkeypatch):
+    """PROFILE=quick on a host without CUDA: the plan accepted 1740 steps of the 135M model (weeks on
+    a CPU), saying only that nothing was measured."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    text = experiments.format_plan(experiments.plan("quick", names=["02_echo_trap"]))
+    assert re.search(r"note: no CUDA GPU here: these 120 steps of \S+ would train on the CPU", text), text
+    smoke = experiments.format_plan(experiments.plan("smoke", names=["02_echo_trap"]))
+    assert "no CUDA GPU" not in smoke  # the tiny model is meant for the CPU
