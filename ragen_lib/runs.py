@@ -885,6 +885,7 @@ class Run:
                 done.append(f"checkpoint moved to {box}: {str(e).split('. ')[0]}")
             else:
                 done += self._drop_uncovered_checkpoint(newest, step, state)
+        done += self._restore_last_line_of_finished()
         done += self._cut_torn_tail_of_finished()
         done += self._rebuild_unreadable_done()
         problems = self.problems()
@@ -936,6 +937,30 @@ class Run:
             good = [r for r in rows if r is not None and (upto is None or r["step"] <= upto)]
             write_atomic(file, "".join(json.dumps(r) + "\n" for r in good))
             return str(e).split(". ")[0], len(good), box
+
+    def _restore_last_line_of_finished(self) -> list[str]:
+        """A finished run whose metrics stop one line short, that line torn or gone (a copy between
+        machines cut short), while its DONE reads and records that last row as `final` (the
+        trainer's mark_done): the row is written back, the cut file copied aside first, and the run
+        stays finished. Without this, repair moved DONE aside and the run trained again."""
+        file, info = self.path / "metrics.jsonl", self.done_info()
+        final = (info or {}).get("final") if self.done else None
+        if not isinstance(final, dict) or not file.exists() or final.get("step") != self.schedule[-1]:
+            return []
+        try:
+            rows, tail = self._read("metrics.jsonl")
+        except CorruptRunError:
+            return []
+        if [r["step"] for r in rows] != self.schedule[:-1]:
+            return []
+        box = self._quarantine([file], copy=True)
+        raw = file.read_bytes()
+        write_atomic(file, raw[: len(raw) - len(tail)].decode() + json.dumps(_plain(final)) + "\n")
+        self._last_step = None
+        return [
+            f"{file} stopped short of the finished run's last step: step {final['step']} restored from "
+            f"DONE's record of it (the cut file is kept in {box})"
+        ]
 
     def _cut_torn_tail_of_finished(self) -> list[str]:
         """A finished run whose metrics hold every step, then an incomplete line: only that line is

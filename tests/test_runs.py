@@ -463,6 +463,25 @@ def test_repair_cuts_only_a_torn_line_after_a_finished_runs_last_step(tmp_path):
     assert b'"step": 12' in next((run.path / "quarantine").rglob("metrics.jsonl")).read_bytes()
 
 
+@pytest.mark.parametrize("cut", ["torn", "gone"])
+def test_repair_restores_a_finished_runs_last_metrics_line_from_its_done(tmp_path, cut):
+    """A copy between machines cut short in the last metrics line: DONE holds that row as `final`
+    (the trainer writes it), but repair moved DONE aside and the finished run trained again."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done({"final": {"step": 11, "a": 11}, "device": "NVIDIA H100"})
+    run.close()
+    whole = (run.path / "metrics.jsonl").read_bytes()
+    (run.path / "metrics.jsonl").write_bytes(
+        whole[:-6] if cut == "torn" else whole[: whole.rindex(b'{"step": 11')]
+    )
+    assert Run(run.path).problems()
+    actions = Run(run.path).repair()
+    assert len(actions) == 1 and "step 11 restored from DONE's record of it" in actions[0], actions
+    assert run.done and Run(run.path).problems() == [] and (run.path / "metrics.jsonl").read_bytes() == whole
+    assert Run(run.path).done_info()["device"] == "NVIDIA H100"  # the record kept, not rebuilt
+    assert next((run.path / "quarantine").rglob("metrics.jsonl")).read_bytes() != whole  # the cut file kept
+
+
 def test_load_warns_and_never_returns_a_short_run_as_finished(tmp_path):
     good = trained(runs.run_dir(tmp_path, "f", CFG), 11)
     good.mark_done({"device": "NVIDIA H100 80GB HBM3"})
