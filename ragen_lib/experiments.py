@@ -34,6 +34,7 @@ import functools
 import itertools
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -396,18 +397,22 @@ def judged_variants(
 def _check_labels(path: Path, variants_: list[dict]) -> None:
     """Refuse an undotted grid key that reads as a config setting (`steps`, `algo_kl_coef`): undotted
     keys are labels (`study`), which set nothing, so the run would keep the default without a word."""
-    fields = {f: s for s, cls in config.SECTIONS.items() for f in (x.name for x in dataclasses.fields(cls))}
+    # Settings by their name with the separators squeezed out: `steps`, `train_steps`, `envname`
+    # (`env.name` written without its dot or an underscore) all read as one.
+    squeeze = lambda s: re.sub(r"[_\-]", "", s).lower()  # noqa: E731
+    settings: dict[str, str] = {}
+    for section, cls in config.SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            settings[squeeze(section + f.name)] = f"{section}.{f.name}"
+            settings.setdefault(squeeze(f.name), f"{section}.{f.name}")
     for point in variants_:
         for key in point:
             if "." in key or key == "profiles":
                 continue
-            name = key.replace("-", "_")
-            section = next((s for s in config.SECTIONS if name.startswith(s + "_")), None)
-            field_ = name[len(section) + 1 :] if section else name
             if key in config.SECTIONS:
                 guess = f"{key}.<field>: <value>"
-            elif field_ in fields:
-                guess = f"{section or fields[field_]}.{field_}"
+            elif squeeze(key) in settings:
+                guess = settings[squeeze(key)]
             else:
                 continue
             raise ValueError(

@@ -586,7 +586,8 @@ def test_a_grid_key_that_reads_as_a_setting_and_a_judged_entry_matching_nothing_
     """Both were silent: an undotted key is a label, so `steps: 50` set nothing; a judged entry
     whose `where` matched no point left its study a pilot, found out as PILOT rows after the grid."""
     grid = tmp_path / "g.yaml"
-    for key, fix in (("steps", "train.steps"), ("algo_kl_coef", "algo.kl_coef"), ("algo", "algo.<field>")):
+    for key, fix in (("steps", "train.steps"), ("algo_kl_coef", "algo.kl_coef"), ("algo", "algo.<field>"),
+                     ("envname", "env.name"), ("Train-Steps", "train.steps")):  # fmt: skip
         grid.write_text(f"grid:\n  - {{study: a, {key}: 0}}\n")
         with pytest.raises(ValueError, match=f"grid key '{key}' has no dot.*e.g. {re.escape(fix)}"):
             experiments.variants(grid, "smoke")
