@@ -547,17 +547,18 @@ def models_text(df: pd.DataFrame) -> str:
 
 
 def _stamp(fig, df: pd.DataFrame) -> None:
+    """Smoke runs' figures say so in red, under the panels: across the middle (where it was), it
+    covered the data of the panels there. Saved and shown with bbox_inches="tight", so it is kept."""
     if "profile" in df and (df["profile"] == "smoke").any():
         fig.text(
             0.5,
-            0.5,
-            "SMOKE: tiny random model,\npipeline check, not science",
+            0.0,
+            "SMOKE: tiny random model, pipeline check, not science",
             ha="center",
-            va="center",
-            fontsize=16,
+            va="top",
+            fontsize=12,
             color="red",
-            alpha=0.25,
-            rotation=20,
+            alpha=0.8,
         )
 
 

@@ -442,3 +442,20 @@ def test_a_panel_with_no_value_says_so_instead_of_standing_empty():
     fig = plots.curves(df, ["rollout/success", "reasoning/length"], hue="variant", col="cfg.env.name")
     empty = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_text().startswith(plots.NO_DATA)]
     assert empty == [f"{plots.NO_DATA}: {plots.label('reasoning/length')} has no value in these runs"]
+
+
+@pytest.mark.parametrize("kind", ["curves", "bars"])
+def test_the_smoke_stamp_marks_the_figure_without_covering_any_panel(kind):
+    """The red SMOKE stamp sat across the middle of the figure, over the data of the panels there."""
+    df = runs_df()
+    df["profile"] = "smoke"
+    fig = (
+        plots.curves(df, ["rollout/success", "policy/entropy"], hue="variant", col="cfg.env.name")
+        if kind == "curves"
+        else plots.bars(df, "variant", "rollout/success")
+    )
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    [stamp] = [t for t in fig.texts if t.get_text().startswith("SMOKE")]
+    box = stamp.get_window_extent(renderer)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes), box
