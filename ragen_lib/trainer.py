@@ -350,15 +350,15 @@ def _update(
     t, a = cfg.train, cfg.algo
     (policy, opt), (critic, critic_opt) = actor, value
     objective = A.POLICY_OBJECTIVES[a.objective]
-    stats: dict[str, list[float]] = {k: [] for k in M.UPDATE_KEYS}  # the same keys on every rank
     # A micro-batch's loss and statistics are its weighted shares of the mini-batch's: summed over
     # the micro-batches (and ranks), so what is logged does not depend on how a mini-batch was cut.
     loss_keys = ["loss/policy", *(["loss/value"] if critic else [])]
-    # The objective's statistics, per mini-batch: this rank's summed shares and whether it returned
-    # them (a rank may hold no row of a mini-batch; PPO returns no A*-PO statistic)
-    stat_keys = [
-        k for k in M.UPDATE_KEYS if k not in loss_keys and k not in ("loss/value", "policy/grad_norm")
-    ]
+    losses: dict[str, list] = {k: [] for k in loss_keys}  # this rank's share, per mini-batch
+    norms: list[float] = []  # per optimizer step, taken after the sum over ranks
+    # The objective's statistics (every rank reduces the same keys), per mini-batch: this rank's
+    # summed shares and whether it returned them (a rank may hold no row of a mini-batch; PPO
+    # returns no A*-PO statistic)
+    stat_keys = [k for k in M.UPDATE_KEYS if not k.startswith("loss/") and k != "policy/grad_norm"]
     shares: dict[str, list] = {k: [] for k in stat_keys}
     seen: dict[str, list] = {k: [] for k in stat_keys}
     order = torch.Generator().manual_seed(seeds.torch_seed(t.seed, step, seeds.MINIBATCH_ORDER))
@@ -431,11 +431,11 @@ def _update(
                     vl.backward()
                     part["loss/value"] += vl.detach()
             for k, v in part.items():
-                stats[k].append(v)
+                losses[k].append(v)
             for k, v in stat_part.items():
                 shares[k].append(v)
                 seen[k].append(float(k in returned))
-            stats["policy/grad_norm"].append(_step(policy, opt, t.grad_clip, shard, skipped, "policy"))
+            norms.append(_step(policy, opt, t.grad_clip, shard, skipped, "policy"))
             if critic:
                 _step(critic, critic_opt, t.grad_clip, shard, skipped, "critic")
     policy.eval()
@@ -443,12 +443,8 @@ def _update(
     # taken after the sum over ranks, so it is the same on every rank. A statistic no rank returned
     # for a mini-batch is left out (none at all: NaN in the step's metrics). The values stayed on
     # the device: one read each.
-    out = {}
-    for k, v in stats.items():
-        if k == "policy/grad_norm":
-            out[k] = v
-        elif k in loss_keys:
-            out[k] = shard.ranks.sum(torch.stack(v)).tolist()
+    out = {k: shard.ranks.sum(torch.stack(v)).tolist() for k, v in losses.items() if v}
+    out["policy/grad_norm"] = norms
     for k in stat_keys:
         total = shard.ranks.sum(torch.stack(shares[k])).tolist() if shares[k] else []
         by = shard.ranks.sum(torch.tensor(seen[k], dtype=torch.float64)).tolist() if seen[k] else []
