@@ -100,22 +100,21 @@ def load_profile(profile: str, path: Path | None = None) -> dict:
     return {
         "seeds": parse_seeds(prof.get("seeds", [0]), f"profile {profile!r}: seeds"),
         "overrides": dict(prof.get("overrides") or {}),
-        "runs_per_device": _whole(profile, "runs_per_device", prof.get("runs_per_device", 1)),
+        "runs_per_device": _whole(profile, path, "runs_per_device", prof.get("runs_per_device", 1)),
         "max_episodes_per_step": None
         if cap is None
-        else _whole(profile, "max_episodes_per_step", cap, " or absent"),
+        else _whole(profile, path, "max_episodes_per_step", cap, " or absent"),
         "judged": _check_judged(profile, prof.get("judged", "all"), findings),
         "profiles": list(data),
     }
 
 
-def _whole(profile: str, key: str, value, absent: str = "") -> int:
+def _whole(profile: str, path: Path, key: str, value, absent: str = "") -> int:
     """A profile's count setting, refused by name where it is not a whole number >= 1 (int() named
     neither the key nor the file, and cut 2.7 to 2 without a word)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(
-            f"profile {profile!r}: {key} must be a whole number >= 1{absent}, got {value!r} "
-            "(params/profiles.yaml)"
+            f"profile {profile!r}: {key} must be a whole number >= 1{absent}, got {value!r} ({path})"
         )
     return value
 
@@ -334,15 +333,17 @@ def judged_variants(
     out = []
     for point in variants_:
         only = point.pop("profiles", None)  # a variant for some profiles only (e.g. the paper's full table)
-        wrong = [p for p in only or [] if p not in prof["profiles"]] if isinstance(only, list) else [only]
-        if only is not None and wrong:  # a misspelt name dropped the variant from every profile, unsaid
-            raise ValueError(
-                f"{path}: a variant has profiles: {only!r}, and {wrong[0]!r} is not a profile"
-                f"{config.did_you_mean(str(wrong[0]), prof['profiles'])}; profiles: "
-                f"{', '.join(prof['profiles'])} (a list of them)"
-            )
-        if only is not None and profile not in only:
-            continue
+        if only is not None:
+            only = only if isinstance(only, list) else [only]  # `profiles: paper` matched by substring
+            wrong = [p for p in only if p not in prof["profiles"]]
+            if wrong:  # a misspelt name dropped the variant from every profile, unsaid
+                raise ValueError(
+                    f"{path}: a variant has profiles: {only!r}, and {wrong[0]!r} is not a profile"
+                    f"{config.did_you_mean(str(wrong[0]), prof['profiles'])}; profiles: "
+                    f"{', '.join(prof['profiles'])} (a list of them)"
+                )
+            if profile not in only:
+                continue
         labels = {k: v for k, v in point.items() if "." not in k}
         dotted = {k: v for k, v in point.items() if "." in k}
         entry = judged_entry(prof, path.stem, {**(spec.get("base") or {}), **labels, **dotted})
