@@ -472,7 +472,9 @@ def _to_batch(episodes, tracks, responses, group_size, pad, system_length: int) 
         messages=[e.messages for e in episodes],
         thinks=[[t.parsed.think for t in e.turns] for e in episodes],
         actions=[[t.executed for t in e.turns] for e in episodes],
-        reasoning_bonus=torch.tensor([np.mean([t.consistency for t in e.turns] or [0.0]) for e in episodes]),
+        reasoning_bonus=torch.tensor(
+            [np.mean([t.consistency for t in e.turns] or [0.0]) for e in episodes], dtype=torch.float
+        ),  # float32 as every other float here: np.mean's float64 made a λ > 0 run's loss float64
         sample_logprobs=sample_logprobs,
         turn_invalid_reasons=[[t.invalid_reason for t in e.turns] for e in episodes],
         turn_cut=[[t.cut for t in e.turns] for e in episodes],

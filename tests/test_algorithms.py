@@ -304,6 +304,17 @@ def test_grpo_edge_cases():
         A.grpo_advantages(t(1, 2, 3), 2)
 
 
+@pytest.mark.parametrize("reward", [10.9, 10.7, 1000.1, 0.9, -0.1])
+def test_a_group_of_equal_rewards_gets_zero_whatever_its_size(reward):
+    # Eight equal float32 10.9s (a Sokoban success): the mean is one ulp off, the unbiased std
+    # 1.02e-6 passes RAGEN's 1e-6 threshold, and (r − mean)/(std + 1e-6) gave all eight −0.47, a
+    # push down on the best outcome whose sign was rounding's. Equal rewards: nothing to prefer.
+    for groups in (1, 2, 3):
+        for n in (2, 4, 8, 16):
+            rewards = torch.full((groups * n,), reward)
+            assert torch.equal(A.grpo_advantages(rewards, n), torch.zeros(groups * n)), (groups, n)
+
+
 def test_policy_loss_broadcasts_sequence_advantages_and_approx_kl():
     # ρ = (2, .5) on one row, A = 1 (broadcast): clip at .8/1.2 → −min(2, 1.2) = −1.2, −min(.5, .8) = −.5
     # loss −(1.2 + .5)/2 = −.85; k3 = ((2 − 1) − ln 2 + (.5 − 1) − ln .5)/2 = (1 − .5)/2 = .25

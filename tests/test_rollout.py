@@ -37,6 +37,10 @@ def test_tiny_random_rollout_end_to_end(tiny, env_name):
         assert batch.success[b] <= batch.terminated[b]
         assert (batch.loss_mask[b] <= batch.attention_mask[b]).all()
     assert 0.0 <= batch.format_valid_rate <= 1.0
+    # Every float tensor is float32: a float64 reasoning bonus (np.mean's) made a λ > 0 run's
+    # advantages and loss float64, while the λ = 0 arm it is compared with trained in float32.
+    floats = {k: v.dtype for k, v in vars(batch).items() if torch.is_tensor(v) and v.is_floating_point()}
+    assert "reasoning_bonus" in floats and set(floats.values()) == {torch.float32}, floats
 
 
 def test_the_mask_holds_generated_tokens_of_every_turn_and_no_prompt_token(tiny):

@@ -78,7 +78,9 @@ CONSTANT_GROUP_STD = 1e-6
 """A group whose reward std is at most this gets advantage 0 (RAGEN 385bc30 `ctx_manager.py:169`,
 "stable to bf16"). Without it a constant group is not 0: float32's mean and std of eight equal
 rewards are off by rounding (std 6e-8 for eight 0.9s), and dividing by std + 1e-6 turns that into
-advantages of up to ±0.1 whose signs are rounding's."""
+advantages of up to ±0.1 whose signs are rounding's. The threshold alone misses larger rewards:
+eight 10.9s (a Sokoban success) have a mean one ulp off and a std of 1.02e-6, which RAGEN turns into
+−0.47 on all eight; a group whose rewards are all equal gets 0 too (FIDELITY D18b)."""
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6):
@@ -87,7 +89,7 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, 
     Normalisation: within each group of `group_size` contiguous trajectories (same prompt), with
     the *unbiased* std (Bessel, torch's default; TRL does the same). scale=False gives r − mean only
     (Dr. GRPO). A constant group gets 0: with scale, every group whose std is at most
-    `CONSTANT_GROUP_STD` does, as in RAGEN. A group of 1 has std 0 by convention (not NaN).
+    `CONSTANT_GROUP_STD` does, as in RAGEN, and every group of equal rewards. A group of 1 has std 0 by convention (not NaN).
     rewards (B,), B = P·N → (B,). Raises ValueError when B is not divisible by group_size.
     """
     _check_groups(rewards.numel(), group_size)
@@ -95,7 +97,8 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, 
     centred = g - g.mean(dim=1, keepdim=True)  # (P, N)
     if scale:
         std = g.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(g[:, :1])  # (P, 1)
-        centred = torch.where(std > CONSTANT_GROUP_STD, centred / (std + eps), torch.zeros_like(centred))
+        varies = (std > CONSTANT_GROUP_STD) & (g.amax(1, keepdim=True) > g.amin(1, keepdim=True))  # (P, 1)
+        centred = torch.where(varies, centred / (std + eps), torch.zeros_like(centred))
     return centred.reshape(-1)  # (B,)
 
 
