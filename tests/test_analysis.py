@@ -509,6 +509,11 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     # the same numbers on a task whose floor is 0 are judged: 5 seeds' 512 states resolve 0.05
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
+    # a budget the expert cannot solve in (smoke's 2-turn WebShop: 0) is not a floor the arms sat
+    # at: nothing could score, and the reason says what to change
+    row = analysis.judge(runs_df({"a": 0.0, "b": 0.0}), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.0, 0.0))
+    assert row.status == analysis.INCONCLUSIVE
+    assert row.reason.startswith("unsolvable: the expert's success (0) on ") and "raise the action budget" in row.reason
 
 
 def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not():
@@ -1040,6 +1045,13 @@ def test_non_inferiority_and_pilot_and_headline():
     assert analysis.headline([pil], ["p"])[0] == analysis.PILOT
     with pytest.raises(ValueError, match="unknown rows"):
         analysis.headline([rep], ["nope"])
+    # ... and its status line says so before the claim, where a reader looks first
+    partial = analysis.Verdict("09_x", "a beats b on three envs", [pil, rep], primary=["p", "x"])
+    assert str(partial).startswith("REPRODUCED on 1 of 2 primary sub-claims (the rest PILOT): a beats b")
+    whole = analysis.Verdict("09_x", "a beats b", [rep, pil], primary=["x"])
+    assert str(whole).startswith("REPRODUCED: a beats b")  # every primary row judged
+    smoke = analysis.Row("x", "x", analysis.REPRODUCED, "", models=["tiny-random"])
+    assert str(analysis.Verdict("09_x", "a beats b", [smoke], ["x"])).startswith(analysis.SMOKE_NOTE + "\n")
 
 
 def test_bootstrap_is_deterministic():
@@ -1058,8 +1070,9 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
         analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT),
         analysis.Row("p", "a pilot comparison", analysis.PILOT, "pilot scale"),
     ]
-    v = analysis.Verdict("09_x", "a claim", rows, primary=["late"], measured={"extra": 3})
+    v = analysis.Verdict("09_x", "a claim", rows, primary=["late", "p"], measured={"extra": 3})
     assert v.status == analysis.INCONCLUSIVE
+    assert not str(v).startswith(analysis.SMOKE_NOTE)  # no model recorded: no note
     figures = tmp_path / "smoke" / "figures"
     figures.mkdir(parents=True)
     for name in ("09_x_curves", "09_x_old_bar", "09_y_curves"):
@@ -1074,6 +1087,7 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     assert "under-powered: 1 seed(s)" in str(v) and "extra: 3" in str(v)
     report = analysis.report("smoke").read_text()
     assert "| 09_x | **headline**: a claim" in report
+    assert "| **INCONCLUSIVE** on 1 of 2 primary sub-claims (the rest PILOT) |" in report
     late = "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 (a 0.9, b 0.1) | under-powered: 1 seed(s)"
     assert late in report
     assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report

@@ -91,11 +91,13 @@ from ragen_lib.analysis.mechanisms import (
     staleness_inactive,
 )
 from ragen_lib.analysis.reporting import (
+    SMOKE_NOTE,
     Verdict,
     decide,
     headline,
     notebook_run,
     report,
+    scope,
     trained_on,
 )
 from ragen_lib.analysis.scores import (
@@ -197,6 +199,8 @@ __all__ = [
     "headline",
     "notebook_run",
     "report",
+    "scope",
+    "SMOKE_NOTE",
     "trained_on",
     "Verdict",
 ]

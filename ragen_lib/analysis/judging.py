@@ -423,6 +423,12 @@ def judge(
         # sink below its higher floor and still score above the other: its lead is then its bigger
         # action budget, not a collapse), and the arms are more than the MDE apart (two arms at 0,
         # one under a random play that keeps less than the MDE, differ in nothing).
+        if fa[1] <= claim.mde and fb[1] <= claim.mde:  # smoke's 2-turn WebShop: search, click, buy is 3
+            return replace(
+                row,
+                reason=f"unsolvable: the expert's success ({_pair(fa[1], fb[1])}) on {fc_name} is within "
+                f"the MDE {claim.mde:g} of 0, so no arm can show a difference (raise the action budget)",
+            )
         sank = [x < f - claim.mde for x, f in ((row.a, fa[0]), (row.b, fb[0]))]
         one_sank = sank[0] != sank[1] and sank[0] == (row.a < row.b) and abs(row.a - row.b) > claim.mde
         if row.a <= fa[0] + claim.mde and row.b <= fb[0] + claim.mde:

@@ -54,6 +54,21 @@ def headline(rows: list[Row], primary: list[str]) -> tuple[str, str]:
     return INCONCLUSIVE, f"a primary sub-claim is inconclusive{on}"
 
 
+def scope(statuses: dict[str, str], primary: list[str]) -> str:
+    """ "on 1 of 3 primary sub-claims (the rest PILOT)" where PILOT rows were left out of a decided
+    headline, else "": printed beside the status, so that a REPRODUCED resting on one env of three
+    does not read as the whole claim's (`statuses`: row id → status)."""
+    pilot = [p for p in primary if statuses.get(p) == PILOT]
+    if not pilot or len(pilot) == len(primary):
+        return ""
+    return f"on {len(primary) - len(pilot)} of {len(primary)} primary sub-claims (the rest PILOT)"
+
+
+SMOKE_NOTE = "TINY-RANDOM MODEL: a pipeline check, not evidence for or against the claim"
+"""Opens a verdict judged on `models.TINY_RANDOM` runs (the smoke profile): its rows are computed
+as any other's, and only the model names said what they are worth."""
+
+
 @dataclass
 class Verdict:
     """A notebook's verdict: one row per sub-claim and a headline from `rule` (the primary rows)."""
@@ -78,14 +93,17 @@ class Verdict:
         self.status, self.reason = headline(self.rows, self.primary)
 
     def __str__(self) -> str:
+        on = scope({r.id: r.status for r in self.rows}, self.primary)
         head = (
-            f"{self.status}: {self.claim}\n  why: {self.reason}\n"
+            f"{self.status}{' ' + on if on else ''}: {self.claim}\n  why: {self.reason}\n"
             f"  rule: {self.rule} (primary: {', '.join(self.primary)})"
         )
         if self.planned is not None and self.stored != self.planned:
             head += f"\n  runs: {self.stored} of the grid's {self.planned} stored; the rest not trained"
         if self.parameters:
             head += f"\n  notebook parameters: {given(self.parameters)}"
+        if any(models.TINY_RANDOM in r.models for r in self.rows):
+            head = f"{SMOKE_NOTE}\n{head}"
         rows = "\n".join(f"  [{r.id}] {r}" for r in self.rows)
         extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
         return "\n".join(x for x in (head, rows, extra) if x)
@@ -224,10 +242,11 @@ def report(profile: str) -> Path:
         cut = state in ("failed", "interrupted", "unfinished")
         unknown = cut and start is None
         stale = cut and (unknown or v["written"] < start)
-        status = f"**{v['status']}**"
+        on = scope({r["id"]: r["status"] for r in v.get("rows", [])}, v.get("primary", []))
+        status = f"**{v['status']}**" + (f" {on}" if on else "")
         reason = v["reason"]
         if stale:
-            status = f"**STALE {v['status']}**"
+            status = f"**STALE {v['status']}**" + (f" {on}" if on else "")
             last = {"failed": "raised", "interrupted": "was interrupted"}.get(state, "did not finish")
             when = (
                 "perhaps from an earlier run (the executed copy is unreadable)"
