@@ -110,8 +110,9 @@ profile, finding = df.attrs["profile"], df.attrs["finding"]
 df["run"] = df["cfg.env.name"] + "/" + df["cfg.algo.name"]
 
 # %% [markdown]
-# ## Table 1: the same initial state's reasoning early and late
-# The first and last logged steps of each run, for the initial state seen at both.
+# ## Table 1: reasoning early and late
+# The first and last logged steps of each run: for an initial state logged at both where there is
+# one (`same_state` True), else each step's first sample (training draws fresh states each step).
 
 # %%
 samples = experiments.samples(df)

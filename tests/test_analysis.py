@@ -110,7 +110,10 @@ def test_early_late_reasoning_prefers_a_seed_logged_at_both_steps():
     ]
     t = analysis.early_late_reasoning(pd.DataFrame(rows))
     assert list(t["seed"]) == [7, 7] and list(t["reasoning"]) == ["first B", "late B"]
-    assert list(t["when"]) == ["early", "late"]
+    assert list(t["when"]) == ["early", "late"] and list(t["same_state"]) == [True, True]
+    # none logged at both (training draws fresh states each step): each step's first, and said so
+    t = analysis.early_late_reasoning(pd.DataFrame([r for r in rows if r["seed"] != 7]))
+    assert list(t["seed"]) == [5, 9] and list(t["same_state"]) == [False, False]
 
 
 def runs_df(arms: dict, *, seeds=(0, 1, 2, 3, 4), steps=30, val_size=128, **cols):

@@ -171,7 +171,9 @@ def slope(values: pd.Series) -> float:
 
 def early_late_reasoning(samples: pd.DataFrame, width: int = 160) -> pd.DataFrame:
     """Paper Table 1: per run, the first-turn reasoning at its first and last logged step, for an
-    initial state (seed) logged at both when there is one, so templates show side by side."""
+    initial state (seed) logged at both when there is one, so templates show side by side; else
+    each step's first sample. `same_state` says which: training draws fresh states every step, so
+    a shared one is luck, and a table that said "the same state" of two states misled."""
     rows = []
     for run_id, part in samples.groupby("run_id", sort=True):
         first, last = part["step"].min(), part["step"].max()
@@ -188,6 +190,7 @@ def early_late_reasoning(samples: pd.DataFrame, width: int = 160) -> pd.DataFram
                     "step": int(step),
                     "seed": s["seed"],
                     "reward": s.get("reward"),
+                    "same_state": bool(common),
                     "reasoning": (think or "(no <think> parsed)")[:width],
                 }
             )
