@@ -54,31 +54,51 @@ def _demo(args) -> int:
 
 def _run(args) -> int:
     from ragen_lib import models, revisions, runs, trainer, workers
+    from ragen_lib.distributed import Ranks, local_device
 
     cfg = _load_config(args.config, args.set)
     path = runs.run_dir(Path(args.out), args.finding, cfg)
     if not runs.stands(path, cfg):  # before the run folder is made (or an outdated one is retired);
         models.check(cfg.model.name, cfg.model.device)  # a finished run needs no model
-    if os.environ.get("RANK", "0") != "0":  # data parallel: rank 0 alone opens the run folder and logs
-        if runs.stands(path, cfg):  # rank 0 exits: training would wait for it (2 h)
+    # Data parallel: rank 0 alone opens the run folder and decides whether it trains, and tells the
+    # others. Each rank deciding for itself (`runs.stands` against rank 0's `reuse_finished`) could
+    # disagree, and the ones that trained then waited two hours for the ones that had left.
+    ranks = Ranks(local_device(cfg.model.device or models.default_device()))  # 1 process: no group
+    told = []
+
+    def tell(word: str) -> None:
+        told.append(ranks.broadcast(word))
+
+    try:
+        if not ranks.main:
+            if ranks.broadcast(None) == TRAIN:
+                trainer.train(cfg, None, progress=not args.quiet)
             return 0
-        trainer.train(cfg, None, progress=not args.quiet)
-        return 0
-    with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
-        if run.done and workers.reuse_finished(run):  # as a grid does
-            print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
-            revisions.note_if_unreviewed(1)
-            return 0
-        step = run.resume()[0]  # checked before the model loads; train() takes the state from the run
-        if step is None:
-            print(f"starting {path}")
-        else:
-            revisions.note_if_unreviewed(1)  # it resumes on today's code
-            todo = f"steps {step + cfg.train.online_k}-{cfg.train.steps - 1} to train"  # a rollout's k
-            print(f"resuming {path} from its checkpoint at step {step}: {todo}")
-        trainer.train(cfg, run, progress=not args.quiet)
+        with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
+            if run.done and workers.reuse_finished(run):  # as a grid does
+                tell(REUSED)
+                print(f"finished run reused: {path} (a changed config trains as a new run in its own folder)")
+                revisions.note_if_unreviewed(1)
+                return 0
+            step = run.resume()[0]  # checked before the model loads; train() takes the state from the run
+            if step is None:
+                print(f"starting {path}")
+            else:
+                revisions.note_if_unreviewed(1)  # it resumes on today's code
+                todo = f"steps {step + cfg.train.online_k}-{cfg.train.steps - 1} to train"  # a rollout's k
+                print(f"resuming {path} from its checkpoint at step {step}: {todo}")
+            tell(TRAIN)
+            trainer.train(cfg, run, progress=not args.quiet)
+    finally:
+        if ranks.main and not told:  # rank 0 failed before deciding (a locked or broken run)
+            tell(STOPPED)  # the others leave rather than wait for it
+        ranks.close()
     print(f"run finished: {path}")
     return 0
+
+
+# Rank 0's word to the other ranks of a data-parallel `run` (`_run`).
+TRAIN, REUSED, STOPPED = "train", "reused", "stopped"
 
 
 def _bench(args) -> int:

@@ -26,7 +26,9 @@ class Ranks:
 
     def __init__(self, device: str):
         self.world = world_size()
-        self.rank = int(os.environ.get("RANK", "0"))
+        # One process is rank 0 whatever a stray RANK says (a scheduler's, an old shell's): as rank
+        # 1 of 1 it would wait for a word from no one and train nothing
+        self.rank = int(os.environ.get("RANK", "0")) if self.world > 1 else 0
         self.main = self.rank == 0
         self.device = device
         self._opened = self.world > 1 and not dist.is_initialized()

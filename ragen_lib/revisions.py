@@ -209,7 +209,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.objectives": "05192c7fb1f2",
     "ragen_lib.attention": "d6e4c20eb7bc",
     "ragen_lib.config": "4643361ff576",
-    "ragen_lib.distributed": "199d37d1ed1a",
+    "ragen_lib.distributed": "f04f817e74a3",
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "3eb4ab2941eb",
     "ragen_lib.envs.bandit": "1f62e57e2faf",

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from ragen_lib import __main__ as cli
 from ragen_lib import config, seeds, trainer
 
 # Runs inside each launched process: the CLI, with spies on the model and the rollout seeds.
 DRIVER = """
 import hashlib, json, os, sys
-from ragen_lib import __main__ as cli, trainer
+from ragen_lib import __main__ as cli, runs, trainer
 
 out, argv = sys.argv[1], sys.argv[2:]
 seen = {"seeds": []}
@@ -37,10 +38,12 @@ def collect(model, tok, env, seeds, *a, **k):
     return real_collect(model, tok, env, seeds, *a, **k)
 
 trainer.models.load, trainer.collect = load, collect
+if os.environ.get("STANDS_ELSEWHERE") and os.environ["RANK"] != "0":  # this rank reads the run otherwise
+    runs.stands = lambda *a, **k: os.environ["STANDS_ELSEWHERE"] == "yes"
 cli.main(argv)
-digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in seen["model"].parameters()))
+params = (p.detach().numpy().tobytes() for p in seen["model"].parameters()) if "model" in seen else ()
 with open(os.path.join(out, f"rank{os.environ['RANK']}.json"), "w") as f:
-    json.dump({"seeds": seen["seeds"], "params": digest.hexdigest()}, f)
+    json.dump({"seeds": seen["seeds"], "params": hashlib.sha256(b"".join(params)).hexdigest()}, f)
 """
 
 TINY = {
@@ -73,8 +76,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(tmp_path: Path, cfg: config.Config) -> tuple[list[dict], list[dict]]:
-    """Train `cfg` with the CLI on two processes; returns (metrics.jsonl rows, per-rank spy records)."""
+def _launch(tmp_path: Path, cfg: config.Config, timeout=600, **env) -> tuple[list[dict], list[dict]]:
+    """Train `cfg` with the CLI on two processes; returns (metrics.jsonl rows, per-rank spy records).
+    `env`: more environment for the processes."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     cfg_path = tmp_path / "c.yaml"
     config.save(cfg, cfg_path)
@@ -103,8 +107,8 @@ def _launch(tmp_path: Path, cfg: config.Config) -> tuple[list[dict], list[dict]]
         str(tmp_path / "out"),
         "--quiet",
     ]
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **env}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [run_dir] = [p.parent for p in (tmp_path / "out").rglob("config.yaml")]
     assert (run_dir / "DONE").exists()
@@ -182,3 +186,21 @@ def test_two_processes_match_one(tmp_path, monkeypatch, algo, env, over):
                 if k.startswith(NOT_COMPARABLE) or not isinstance(v, float):
                     continue
                 assert dp[k] == pytest.approx(v, rel=1e-4, abs=1e-6, nan_ok=True), (dp["step"], k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("elsewhere", ["yes", "no"])
+def test_rank_zero_decides_whether_the_run_trains(tmp_path, elsewhere):
+    """Rank 0 alone opens the run and decides; the others follow its word, even where they would
+    read the run otherwise. Each rank deciding for itself, a rank that trained waited two hours in
+    `init_process_group` for one that had left. `yes`: rank 1 reads the new run as finished (rank 0
+    trains it); `no`: rank 1 reads the finished run as one to train (rank 0 reuses it)."""
+    cfg = config.from_dict(TINY, {"train.steps": 1})
+    if elsewhere == "no":  # the run is finished first, by one process
+        config.save(cfg, tmp_path / "first.yaml")
+        assert cli.main(["run", str(tmp_path / "first.yaml"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    metrics, ranks = _launch(tmp_path, cfg, timeout=300, STANDS_ELSEWHERE=elsewhere)  # a hang: 2 h
+    assert [m["step"] for m in metrics] == [0]
+    played = [len(r["seeds"]) for r in ranks]  # the steps each rank played
+    assert played == ([1, 1] if elsewhere == "yes" else [0, 0])
+    assert ranks[0]["params"] == ranks[1]["params"]

@@ -174,7 +174,7 @@ def test_load_reports_an_outdated_run_as_unfinished_and_another_finding_does_not
     assert runs.finished_elsewhere(tmp_path, "g", runs.run_dir(tmp_path, "h", SAME).name) is not None
 
 
-def test_other_data_parallel_ranks_train_with_rank_0_when_its_run_is_outdated(tmp_path):
+def test_stands_reads_an_outdated_run_as_one_to_train(tmp_path):
     path = runs.run_dir(tmp_path, "f", OLD)
     assert not runs.stands(path, OLD)  # nothing there: rank 0 trains
     finished(path, OLD, None)
