@@ -68,6 +68,14 @@ INDICATORS = {
     "policy/entropy": "entropy",  # RAGEN's: the loss mask's tokens (the paper mask: prompt included)
     "policy/entropy_response": "sampled-token entropy",  # the model's own tokens alone (secondary)
 }
+# What the paper reports (Findings 2-3, Fig. 6), printed beside each row's numbers
+EARLY_WARNING = "Finding 3: reward std and entropy drop before reward degrades (no step given)"
+PAPER_LEAD = {
+    "frozenlake/starpo-ppo std": "Fig. 6: FrozenLake PPO's reward std drops at step 40, its mean at 90",
+    "bandit/starpo-ppo std": EARLY_WARNING,
+    "bandit/starpo-ppo entropy": EARLY_WARNING,
+}
+ECHO = 'Finding 2: templated reasoning ("My initial intention is to pick arm Dragon") after about 150 steps'
 STUDIES = [
     (
         analysis.Claim(
@@ -77,6 +85,7 @@ STUDIES = [
             mde=2,
             score="lead",
             indicator=ind,
+            paper=PAPER_LEAD.get(f"{env}/{algo} {short}", ""),
         ),
         {"cfg.env.name": env, "cfg.algo.name": algo},
         None,
@@ -94,6 +103,7 @@ STUDIES = [
             direction=-1,
             mechanism="think",
             bound=0.0,  # distinct-2 cannot fall below 0
+            paper=ECHO,
         ),
         {"cfg.env.name": env, "cfg.algo.name": algo},
         None,

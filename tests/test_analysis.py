@@ -514,9 +514,14 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     assert row.status == analysis.REPRODUCED and 0 < row.ci[0] < 0.05 < row.ci[1]
     # a budget the expert cannot solve in (smoke's 2-turn WebShop: 0) is not a floor the arms sat
     # at: nothing could score, and the reason says what to change
-    row = analysis.judge(runs_df({"a": 0.0, "b": 0.0}), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.0, 0.0))
+    row = analysis.judge(
+        runs_df({"a": 0.0, "b": 0.0}), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.0, 0.0)
+    )
     assert row.status == analysis.INCONCLUSIVE
-    assert row.reason.startswith("unsolvable: the expert's success (0) on ") and "raise the action budget" in row.reason
+    assert (
+        row.reason.startswith("unsolvable: the expert's success (0) on ")
+        and "raise the action budget" in row.reason
+    )
 
 
 def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not():
@@ -1069,11 +1074,13 @@ def test_bootstrap_is_deterministic():
 def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     df = runs_df({"a": 0.9, "b": 0.1}, seeds=(0,))
+    paper = dataclasses.replace(LATE, paper="Fig. 9: a 0.95 vs b 0.05")  # printed beside our numbers
     rows = [
-        analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT),
+        analysis.judge(df, paper, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT),
         analysis.Row("p", "a pilot comparison", analysis.PILOT, "pilot scale"),
     ]
     v = analysis.Verdict("09_x", "a claim", rows, primary=["late", "p"], measured={"extra": 3})
+    assert "(a 0.9, b 0.1)\n    paper: Fig. 9: a 0.95 vs b 0.05\n    why: under-powered" in str(v)
     assert v.status == analysis.INCONCLUSIVE
     assert not str(v).startswith(analysis.SMOKE_NOTE)  # no model recorded: no note
     figures = tmp_path / "smoke" / "figures"
@@ -1091,7 +1098,10 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     report = analysis.report("smoke").read_text()
     assert "| 09_x | **headline**: a claim" in report
     assert "| **INCONCLUSIVE** on 1 of 2 primary sub-claims (the rest PILOT) |" in report
-    late = "| 09_x | late: a beats b | INCONCLUSIVE | +0.8 (a 0.9, b 0.1) | under-powered: 1 seed(s)"
+    late = (
+        "| 09_x | late: a beats b (paper: Fig. 9: a 0.95 vs b 0.05) | INCONCLUSIVE | +0.8 (a 0.9, b 0.1) "
+        "| under-powered: 1 seed(s)"
+    )
     assert late in report
     assert "| 09_x | p: a pilot comparison | PILOT (no verdict) |" in report
     assert "Smoke profile" in report and "Trained on: no finished runs. Report written on: cpu" in report

@@ -89,7 +89,8 @@ def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, 
     Normalisation: within each group of `group_size` contiguous trajectories (same prompt), with
     the *unbiased* std (Bessel, torch's default; TRL does the same). scale=False gives r − mean only
     (Dr. GRPO). A constant group gets 0: with scale, every group whose std is at most
-    `CONSTANT_GROUP_STD` does, as in RAGEN, and every group of equal rewards. A group of 1 has std 0 by convention (not NaN).
+    `CONSTANT_GROUP_STD` does, as in RAGEN, and every group of equal rewards. A group of 1 has
+    std 0 by convention (not NaN).
     rewards (B,), B = P·N → (B,). Raises ValueError when B is not divisible by group_size.
     """
     _check_groups(rewards.numel(), group_size)

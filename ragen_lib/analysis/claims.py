@@ -74,6 +74,9 @@ class Claim:
     bound: float | None = None
     ceiling: float | None = None  # a level the metric cannot exceed (0.2: the consistency bonus)
     above_chance: bool = False
+    paper: str = ""
+    """What the paper reports for this comparison, with its source ("Fig. 5: GRPO collapses at about
+    step 20, PPO holds to about 100"): printed beside the row's own numbers, '' where it gives none."""
 
     def __post_init__(self):
         if self.score not in SCORES:
@@ -137,14 +140,16 @@ class Row:
     # A success row's late format-valid rate per arm, on the same episodes (None: not a success row
     # or not logged): with the small model a success gap may be a format gap.
     format_valid: tuple[float | None, float | None] | None = None
+    paper: str = ""  # the claim's `paper`: what the paper reports, beside our numbers
 
     def __str__(self) -> str:
         effect = f" effect {e}" if (e := effect_text(self, "95% CI ")) else ""
         if fv := format_text(self):
             effect += "; " + fv
+        paper = f"\n    paper: {self.paper}" if self.paper else ""
         return (
-            f"{self.status}: {self.claim}{effect}\n    why: {self.reason}\n    design: {design(self)}; "
-            f"{self.power}"
+            f"{self.status}: {self.claim}{effect}{paper}\n    why: {self.reason}\n"
+            f"    design: {design(self)}; {self.power}"
         )
 
 

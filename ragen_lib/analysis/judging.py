@@ -286,7 +286,7 @@ def judge(
     A = _select(df, a)
     B = A if b is None else _select(df, b)  # one arm: its score against 0
     d = _design(A, B, claim.metric)
-    row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), **d)
+    row = Row(claim.id, claim.text, INCONCLUSIVE, "", criterion=claim.criterion(), paper=claim.paper, **d)
     row.power = power_statement(claim, min(_seeds(A), _seeds(B)))
     pilot = "pilot scale in this profile: figures and numbers, no verdict"
     absent, absent_judged = _not_trained(missing, (("a", a),) if b is None else (("a", a), ("b", b)))

@@ -271,8 +271,9 @@ def report(profile: str) -> Path:
             row = Row(**{**r, "ci": tuple(r["ci"])})
             effect, d, fv = effect_text(row), design(row), format_text(row)
             effect = f"{effect}; {fv}" if effect and fv else effect or fv
+            paper = f" (paper: {r['paper']})" if r.get("paper") else ""
             lines.append(
-                f"| {name} | {r['id']}: {r['claim']} | {status} | {effect} | {r['reason']} | "
+                f"| {name} | {r['id']}: {r['claim']}{paper} | {status} | {effect} | {r['reason']} | "
                 f"{r['power']} | {d} | |"
             )
     if partial:
