@@ -151,10 +151,12 @@ replicate-all: $(STAMP)
 	   if [ $$rc -gt 128 ]; then exit $$rc; fi; \
 	   if [ $$rc -ne 0 ]; then failed="$$failed $$n"; fi; done; \
 	 $(MAKE) --no-print-directory report PROFILE=$(PROFILE) || exit 1; \
-	 if [ -n "$$failed" ]; then echo "replicate-all: notebook(s)$$failed failed; the others ran. The executed copies in $${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks/ show each error, REPORT.md marks them; fix, then run make replicate-all again (finished runs are reused)" >&2; exit 1; fi
+	 if [ -n "$$failed" ]; then echo "replicate-all: notebook(s)$$failed failed; the others ran. The executed copies in $${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks/ (<name>.failed.ipynb) show each error, REPORT.md marks them; fix, then run make replicate-all again (finished runs are reused)" >&2; exit 1; fi
 
 # The executed copy goes where the notebook's runs and verdict go: $RAGEN_OUTPUTS/<profile>, else
-# outputs/<profile> (the report reads it there to tell a failed or unfinished notebook).
+# outputs/<profile> (the report reads it there to tell a failed or unfinished notebook). papermill
+# writes <name>.running.ipynb; a finished run becomes <name>.ipynb, a failed one <name>.failed.ipynb,
+# so a failed rerun does not overwrite the last finished copy (a killed one stays .running).
 # Alone, it first prints the finding's plan (a misspelt PROFILE, a missing model or a full disk
 # stop it there, in one line, before a kernel starts); replicate-all has planned already.
 replicate: $(STAMP)
@@ -169,8 +171,12 @@ replicate: $(STAMP)
 	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out || exit 2; \
 	 tmp=$$(mktemp -d); \
 	 $(PY) -m jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
-	 $(PY) -m papermill --log-output $$tmp/$$name.ipynb $$out/$$name.ipynb -p profile $(PROFILE); \
-	 rc=$$?; rm -rf $$tmp; exit $$rc
+	 $(PY) -m papermill --log-output $$tmp/$$name.ipynb $$out/$$name.running.ipynb -p profile $(PROFILE); \
+	 rc=$$?; rm -rf $$tmp; \
+	 if [ $$rc -eq 0 ]; then mv -f $$out/$$name.running.ipynb $$out/$$name.ipynb && rm -f $$out/$$name.failed.ipynb; \
+	 elif [ -f $$out/$$name.running.ipynb ]; then mv -f $$out/$$name.running.ipynb $$out/$$name.failed.ipynb; \
+	   echo "make replicate: $$name failed; its executed copy is $$out/$$name.failed.ipynb$$([ -f $$out/$$name.ipynb ] && echo ", and the last finished one, $$out/$$name.ipynb, is kept")" >&2; fi; \
+	 exit $$rc
 
 report: $(STAMP)
 	$(CHECK_PROFILE)

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 from unittest import mock
 
 import numpy as np
@@ -1223,6 +1224,19 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
         "notebook's last run did not finish"
     ) in line("07_apo_vs_starpo", "**headline**")
     assert f"verdict of commit {runs.git_commit()}" in line("01_instability", "**headline**")
+    # make replicate keeps the last finished copy and writes a failed rerun beside it (and a killed
+    # one stays .running): the report reads the copy written last
+    good = nbs / "01_instability.ipynb"
+    for suffix, kw, said in (
+        (".failed", {"exception": True}, "last run raised ([notebooks/01_instability.failed.ipynb]"),
+        (".running", {"end": False}, "last run did not finish ([notebooks/01_instability.running.ipynb]"),
+    ):
+        _executed(nbs / f"01_instability{suffix}.ipynb", start=written + 120, **kw)
+        later = good.stat().st_mtime + 10 * (2 + len(suffix))
+        os.utime(nbs / f"01_instability{suffix}.ipynb", (later, later))
+        lines = analysis.report("quick").read_text().splitlines()
+        assert "**STALE INCONCLUSIVE**" in line("01_instability", "**headline**") and good.exists()
+        assert said in line("01_instability", "**headline**")
 
 
 def test_one_arm_claims_lead_and_slope_against_zero():

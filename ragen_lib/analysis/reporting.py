@@ -161,6 +161,19 @@ def notebook_run(path: Path) -> tuple[str, float | None]:
     return ("finished" if meta.get("end_time") else "unfinished"), start_s
 
 
+COPIES = ("", ".failed", ".running")
+"""The executed copies of a notebook `make replicate` leaves (<name><suffix>.ipynb): the last finished
+run's, the last failed run's, and one papermill was writing when it was killed or interrupted."""
+
+
+def last_copy(folder: Path, name: str) -> Path:
+    """The executed copy of the notebook's last run: the one written last (papermill writes it cell
+    by cell) of `COPIES`; <name>.ipynb where none exists. A failed rerun no longer overwrites the
+    last finished copy, so the report reads the failure beside it."""
+    paths = [p for p in (folder / f"{name}{s}.ipynb" for s in COPIES) if p.exists()]
+    return max(paths, key=lambda p: p.stat().st_mtime, default=folder / f"{name}.ipynb")
+
+
 def trained_on(base: Path) -> str:
     """The devices and models the finished runs under `base` trained, from their DONE records and
     configs (the report may be written elsewhere, e.g. on a laptop from a GPU host's outputs). A
@@ -224,8 +237,9 @@ def report(profile: str) -> Path:
     by_name = {v["notebook"]: v for v in verdicts}
     partial: list[str] = []  # notebooks judged on fewer runs than their grid plans (RAGEN_TRAIN=stored)
     for name in sorted(set(experiments.findings()) | set(by_name)):
-        state, start = notebook_run(base / "notebooks" / f"{name}.ipynb")
-        link = f"[notebooks/{name}.ipynb](notebooks/{name}.ipynb)"
+        copy = last_copy(base / "notebooks", name)
+        state, start = notebook_run(copy)
+        link = f"[notebooks/{copy.name}](notebooks/{copy.name})"
         v = by_name.get(name)
         if v is None:
             why = {
