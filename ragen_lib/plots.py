@@ -297,7 +297,7 @@ def curves(
     if drew_references:
         handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
         names += ["random play (chance)", "expert (best possible)"]
-    fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
+    legend = fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     warm = warmups_text(df) or "none"
     fig.suptitle(
         f"{title}\n{seeds_text(df, hue, col)} (thin: each seed, bold: mean where every seed has a value)"
@@ -306,6 +306,9 @@ def curves(
     )
     _stamp(fig, df)
     fig.tight_layout()
+    # The legend's top at the panels' top, under the title: at a fixed 0.95 a title of three lines
+    # over one column of panels (06's) ran into the legend's first names.
+    legend.set_bbox_to_anchor((1.0, axes[0][-1].get_position().y1), transform=fig.transFigure)
     return fig
 
 
@@ -384,7 +387,8 @@ def bars(
         + (f"; unfinished: {unfinished} run(s), scored on the steps logged" if unfinished else "")
         + models_text(df)
     )
-    ax.set_ylabel(ylabel or label(m))
+    # wrapped as the curves' are: 06's "success (val) on the shifted env" ran into the title
+    ax.set_ylabel(_wrap(ylabel or label(m), 24))
     bottom = fax if formats else ax
     ax.set_xlabel("" if formats else axis_name(x))
     bottom.set_xlabel(axis_name(x))

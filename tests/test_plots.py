@@ -459,3 +459,23 @@ def test_the_smoke_stamp_marks_the_figure_without_covering_any_panel(kind):
     [stamp] = [t for t in fig.texts if t.get_text().startswith("SMOKE")]
     box = stamp.get_window_extent(renderer)
     assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes), box
+
+
+def test_a_long_title_over_one_column_leaves_the_legend_and_the_axis_labels_clear_of_it():
+    """06's figures: a title of three lines over one column of panels ran into the legend's first
+    names (anchored at a fixed 0.95), and a bar chart's long y label into its title."""
+    df = runs_df()[lambda d: d["cfg.env.name"] == "bandit"]
+    title = "Fig. 11: reasoning length over training, a title as long as the notebooks' are"
+    fig = plots.curves(df, ["rollout/success", "policy/entropy"], hue="variant", title=title)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    top = fig._suptitle.get_window_extent(renderer)
+    assert not fig.legends[0].get_window_extent(renderer).overlaps(top)
+    last = df[df["step"] == df["step"].max()].assign(score=0.5)
+    fig = plots.bars(
+        last, "variant", "score", title=title, ylabel="success (val) on the shifted env", metric="val/success"
+    )
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    assert not ax.yaxis.label.get_window_extent(renderer).overlaps(ax.title.get_window_extent(renderer))
