@@ -89,7 +89,7 @@ METRICS: dict[str, Metric] = {
         "about 1e-6, bf16: larger (generation.LOGPROB_TOLERANCE)",
     ),
     "rollout/kept": Metric("episodes kept", "episodes the uncertainty filter kept for the update"),
-    "reward/mean": Metric("reward", "mean trajectory reward (env rewards + format terms)"),
+    "reward/mean": Metric("reward (per trajectory)", "mean trajectory reward (env rewards + format terms)"),
     "reward/std": Metric(
         "reward std",
         "population std of the trajectory rewards, over all episodes (within and between groups)",
@@ -107,14 +107,14 @@ METRICS: dict[str, Metric] = {
         "trained episodes: the most the KL reward (algo.kl_in_reward) moves any return of an "
         "episode, to set beside reward/std; NaN when no KL reward runs",
     ),
-    "policy/entropy": Metric("entropy", "mean per-token entropy of the policy on the loss mask"),
+    "policy/entropy": Metric("entropy (nats/token)", "mean per-token entropy of the policy on the loss mask"),
     "policy/entropy_response": Metric(
         "entropy (sampled tokens)",
         "the same over the tokens the model sampled alone: with the paper's loss mask, policy/entropy "
         "also averages the prompt and observations (RAGEN's, D2)",
     ),
     "policy/kl_ref": Metric(
-        "KL to reference",
+        "KL to reference (k1 est.)",  # k1 goes negative: a reader took it for a bug
         "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update "
         "(NaN when train.log_kl_ref is off and no KL term runs)",
     ),
