@@ -222,7 +222,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "cff325455e94",
     "ragen_lib.seeds": "f89b648e3869",
-    "ragen_lib.trainer": "221c79fcec87",
+    "ragen_lib.trainer": "fcc629a3903c",
     "ragen_lib.warmup": "7b4bfa8f3345",
     "ragen_lib.work": "906d49cff14f",
 }

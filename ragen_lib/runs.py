@@ -1125,12 +1125,15 @@ def load(root, finding: str | None = None, *, include_running: bool = True, run_
             "finding": path.parent.name,
             "done": done,
             "device": info.get("device"),
+            "runs_per_device": info.get("runs_per_device"),  # the grid's runs training beside it
             "model_fingerprint": info.get("model_fingerprint"),
         }
         for m in metric_rows:
             rows.append({**head, **m, **flat})
     if not rows:
-        return pd.DataFrame(columns=["run_id", "finding", "done", "device", "model_fingerprint", "step"])
+        return pd.DataFrame(
+            columns=["run_id", "finding", "done", "device", "runs_per_device", "model_fingerprint", "step"]
+        )
     df = pd.DataFrame(rows)
     return df.replace({None: math.nan}) if df.isna().any().any() else df
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import time
 import warnings
 
@@ -284,6 +285,8 @@ def train(cfg: Config, run=None, *, progress: bool = True, checkpoints: bool = T
                 "commit": runs.git_commit(),
                 "device": M.device_name(device),
                 "processes": ranks.world,
+                # the grid's runs that trained at once on this device (its time is theirs too)
+                "runs_per_device": int(os.environ.get("RAGEN_RUNS_PER_DEVICE", "1")),  # workers.SHARING_ENV
             },
             final_weights=_final_weights(policy, critic) if t.keep_final_weights else None,
         )

@@ -1844,6 +1844,20 @@ def test_seconds_and_memory_compare_only_runs_of_one_device():
     late = analysis.judge(two.assign(**{"val/success": two["arm"].map({"a": 0.9, "b": 0.3})}), LATE,
                           {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)  # fmt: skip
     assert late.status == analysis.REPRODUCED, late
+    # runs packed two to a device (a profile's runs_per_device, recorded in DONE) share its time:
+    # against runs that trained alone the packing is measured; packed alike, they compare
+    packed = one.assign(runs_per_device=one["arm"].map({"a": 1.0, "b": 2.0}))
+    row = analysis.judge(packed, total, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "runs shared their device differently: arm a's trained 1 at a time, arm b's 2 (runs_per_device)"
+    ), row
+    unrecorded = packed.assign(runs_per_device=packed["runs_per_device"].where(packed["arm"] == "a"))
+    assert "arm b's not recorded" in analysis.judge(unrecorded, total, {"arm": "a"}, {"arm": "b"}).reason
+    alike = one.assign(runs_per_device=2.0)
+    assert (
+        analysis.judge(alike, total, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None).status
+        == analysis.REPRODUCED
+    )
 
 
 def test_runs_on_different_weights_under_one_model_name_are_not_compared():

@@ -408,7 +408,7 @@ def test_each_runs_per_device_k_trains_as_a_grid_with_that_setting(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert calls == [(workers.worker_slots(1), 4), (workers.worker_slots(2), 1)]
-    assert workers.worker_slots(2) == [{"OMP_NUM_THREADS": "2"}] * 2
+    assert workers.worker_slots(2) == [{"OMP_NUM_THREADS": "2", "RAGEN_RUNS_PER_DEVICE": "2"}] * 2
     assert [r.what for r in rows] == [f"runs per device {k}: steps/s of all runs" for k in (1, 2)]
 
 

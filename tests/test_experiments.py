@@ -147,7 +147,8 @@ def test_profile_errors_and_cpu_worker_slots(monkeypatch):
         experiments.load_profile("fast")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     monkeypatch.setattr("os.cpu_count", lambda: 8)
-    assert experiments.worker_slots(2) == [{"OMP_NUM_THREADS": "4"}, {"OMP_NUM_THREADS": "4"}]
+    # each worker's runs record how many trained at once (DONE's runs_per_device: 07's seconds)
+    assert experiments.worker_slots(2) == [{"OMP_NUM_THREADS": "4", "RAGEN_RUNS_PER_DEVICE": "2"}] * 2
     with pytest.raises(ValueError, match="runs_per_device must be >= 1"):
         experiments.worker_slots(0)
 

@@ -320,14 +320,16 @@ def test_validation_follows_ragens_schedule_from_the_initial_policy_to_the_final
     assert val[2] == weights(loaded[0]) != rollout[4]  # after the 5th update: the final policy
 
 
-def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path):
+def test_run_store_round_trip_and_the_disk_a_finished_run_leaves(tmp_path, monkeypatch):
     cfg = tiny(**{"train.checkpoint_every": 1})
     run = runs.Run(runs.run_dir(tmp_path, "t", cfg), cfg)
+    monkeypatch.setenv("RAGEN_RUNS_PER_DEVICE", "2")  # as a grid worker of a 2-per-device profile
     trainer.train(cfg, run, progress=False)
     assert run.done and [m["step"] for m in run.metrics()] == [0, 1] and run.problems() == []
     done = json.loads((run.path / runs.DONE).read_text())
     assert done["device"] == "cpu" and done["commit"] == runs.git_commit() != ""  # provenance
     assert done["processes"] == 1  # part of the sampling streams (a resume with another count warns)
+    assert done["runs_per_device"] == 2  # its seconds were shared: 07's time rows compare like with like
     assert done["config_hash"] == cfg.hash() and done["final"]["step"] == 1
     # the weights it trained on: a grid retrains the run where the name loads other weights later
     assert done["model_fingerprint"] == models.fingerprint("tiny-random")

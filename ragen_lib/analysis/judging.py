@@ -344,6 +344,16 @@ def judge(
                 reason=f"different devices: arm a trained on {', '.join(da)}, arm b on {', '.join(db)}: "
                 f"{claim.metric} measured on different devices does not compare",
             )
+    if b is not None and claim.metric.startswith(COST_PREFIXES) and "runs_per_device" in df:
+        # Runs packed several to a device (a profile's runs_per_device) share its time and memory:
+        # against runs that trained alone, the packing is measured, not the algorithm
+        sa_, sb_ = (sorted({_count(x) for x in part["runs_per_device"]}) for part in (A, B))
+        if len(set(sa_) | set(sb_)) > 1:
+            return replace(
+                row,
+                reason=f"runs shared their device differently: arm a's trained {' or '.join(sa_)} at a "
+                f"time, arm b's {' or '.join(sb_)} (runs_per_device): {claim.metric} does not compare",
+            )
     # A name's runs on two sets of weights are two models' runs, whichever claim compares them
     mixed = _mixed_weights(pd.concat([A, B]))
     if mixed:
@@ -627,6 +637,11 @@ def _drop_unscored(
     )
     both = f"seeds {sorted(out)} left out of both arms" if same else "left out"
     return sa, sb, f"; unscored ({who}): {both}"
+
+
+def _count(x) -> str:
+    """A run's recorded runs_per_device as text ("not recorded" for a run stored before the record)."""
+    return "not recorded" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
 
 
 def _drop_never_learned(
