@@ -103,7 +103,7 @@ STUDIES = [
             direction=-1,
             mechanism="think",
             bound=0.0,  # distinct-2 cannot fall below 0
-            paper=ECHO,
+            paper=ECHO if (env, algo) == ("bandit", "starpo-ppo") else "",
         ),
         {"cfg.env.name": env, "cfg.algo.name": algo},
         None,

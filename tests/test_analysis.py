@@ -115,6 +115,8 @@ def test_early_late_reasoning_prefers_a_seed_logged_at_both_steps():
     # none logged at both (training draws fresh states each step): each step's first, and said so
     t = analysis.early_late_reasoning(pd.DataFrame([r for r in rows if r["seed"] != 7]))
     assert list(t["seed"]) == [5, 9] and list(t["same_state"]) == [False, False]
+    # one step logged: early and late are the same sample, not the same state at two steps
+    assert list(analysis.early_late_reasoning(pd.DataFrame(rows[:2]))["same_state"]) == [False]
 
 
 def runs_df(arms: dict, *, seeds=(0, 1, 2, 3, 4), steps=30, val_size=128, **cols):
@@ -523,6 +525,11 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
         row.reason.startswith("unsolvable: the expert's success (0) on ")
         and "raise the action budget" in row.reason
     )
+    # arms that scored where the expert's ceiling reads 0 (a ceiling mis-specified): not "unsolvable"
+    row = analysis.judge(
+        runs_df({"a": 0.9, "b": 0.1}), LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.0, 0.0)
+    )
+    assert not row.reason.startswith("unsolvable")
 
 
 def test_an_arm_that_sank_below_random_play_is_judged_against_one_that_did_not():
@@ -1771,9 +1778,17 @@ def test_above_chance_compares_arms_with_different_budgets_on_what_training_adde
 
 def test_by_collapse_judges_a_late_claims_pair_by_its_collapse_step():
     late = analysis.Claim(
-        "(a) no KL", "no KL beats KL 0.001", "val/success", 0.1, env="sokoban", mechanism="kl"
+        "(a) no KL",
+        "no KL beats KL 0.001",
+        "val/success",
+        0.1,
+        env="sokoban",
+        mechanism="kl",
+        paper="0.2 vs 0.1",
     )
     twin = analysis.by_collapse(late)
+    assert twin.paper == ""  # the late claim's paper numbers are success rates, not collapse steps
+    assert analysis.by_collapse(late, paper="step 140 vs 100").paper == "step 140 vs 100"
     assert (twin.id, twin.text, twin.metric, twin.score) == (
         "(a) no KL collapse",
         "no KL collapses later than KL 0.001",

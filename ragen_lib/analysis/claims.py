@@ -189,10 +189,11 @@ COLLAPSE_MDE = {"bandit": 10, "sokoban": 5, "frozenlake": 5}
 at 100 and 50 on Bandit and Sokoban; the filter moves FrozenLake's from 100 to 140)."""
 
 
-def by_collapse(late: Claim) -> Claim:
+def by_collapse(late: Claim, paper: str = "") -> Claim:
     """`late`'s pair judged again by its collapse step (training success, censored at the horizon,
     MDE `COLLAPSE_MDE`), with its env and mechanism: where the paper claims a delayed collapse, a
-    late score ties two arms that both fell before the last third at the floor."""
+    late score ties two arms that both fell before the last third at the floor. `paper`: what the
+    paper reports of the collapse (the late claim's numbers are success rates, not steps)."""
     return replace(
         late,
         id=f"{late.id} collapse",
@@ -200,6 +201,7 @@ def by_collapse(late: Claim) -> Claim:
         metric="rollout/success",
         mde=COLLAPSE_MDE[late.env],
         score="collapse",
+        paper=paper,
     )
 
 

@@ -190,7 +190,7 @@ def early_late_reasoning(samples: pd.DataFrame, width: int = 160) -> pd.DataFram
                     "step": int(step),
                     "seed": s["seed"],
                     "reward": s.get("reward"),
-                    "same_state": bool(common),
+                    "same_state": bool(common) and first != last,  # one step logged: nothing to compare
                     "reasoning": (think or "(no <think> parsed)")[:width],
                 }
             )

@@ -433,7 +433,8 @@ def judge(
         # sink below its higher floor and still score above the other: its lead is then its bigger
         # action budget, not a collapse), and the arms are more than the MDE apart (two arms at 0,
         # one under a random play that keeps less than the MDE, differ in nothing).
-        if fa[1] <= claim.mde and fb[1] <= claim.mde:  # smoke's 2-turn WebShop: search, click, buy is 3
+        # smoke's 2-turn WebShop (search, click, buy is 3): the expert cannot, and neither arm did
+        if max(fa[1], fb[1], row.a, row.b) <= claim.mde:
             return replace(
                 row,
                 reason=f"unsolvable: the expert's success ({_pair(fa[1], fb[1])}) on {fc_name} is within "
