@@ -306,9 +306,11 @@ def test_grpo_edge_cases():
 
 @pytest.mark.parametrize("reward", [10.9, 10.7, 1000.1, 0.9, -0.1])
 def test_a_group_of_equal_rewards_gets_zero_whatever_its_size(reward):
-    # Eight equal float32 10.9s (a Sokoban success): the mean is one ulp off, the unbiased std
-    # 1.02e-6 passes RAGEN's 1e-6 threshold, and (r − mean)/(std + 1e-6) gave all eight −0.47, a
-    # push down on the best outcome whose sign was rounding's. Equal rewards: nothing to prefer.
+    # Eight equal float32 10.9s (a Sokoban success): the mean is one ulp off and, as one group (a
+    # batch of one: groups=1 fails on the old code), the unbiased std 1.02e-6 passes RAGEN's 1e-6
+    # threshold, and (r − mean)/(std + 1e-6) gave all eight −0.47, a push down on the best outcome
+    # whose sign was rounding's (over several groups the CPU's std is exactly 0; a GPU's may not
+    # be). Equal rewards: nothing to prefer.
     for groups in (1, 2, 3):
         for n in (2, 4, 8, 16):
             rewards = torch.full((groups * n,), reward)

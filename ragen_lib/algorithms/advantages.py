@@ -79,8 +79,10 @@ CONSTANT_GROUP_STD = 1e-6
 "stable to bf16"). Without it a constant group is not 0: float32's mean and std of eight equal
 rewards are off by rounding (std 6e-8 for eight 0.9s), and dividing by std + 1e-6 turns that into
 advantages of up to ±0.1 whose signs are rounding's. The threshold alone misses larger rewards:
-eight 10.9s (a Sokoban success) have a mean one ulp off and a std of 1.02e-6, which RAGEN turns into
-−0.47 on all eight; a group whose rewards are all equal gets 0 too (FIDELITY D18b)."""
+eight 10.9s (a Sokoban success) have a mean one ulp off and, taken as one group (RAGEN's 1-D
+tensor per group; here a batch of one group), a std of 1.02e-6, which turns into −0.47 on all
+eight (over a batch of several groups torch's CPU std of each is exactly 0; a GPU's is unmeasured).
+So a group whose rewards are all equal gets 0 too (FIDELITY D18b)."""
 
 
 def grpo_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-6):
