@@ -67,12 +67,16 @@ def _run(args) -> int:
     told = []
 
     def tell(word: str) -> None:
-        told.append(ranks.broadcast(word))
+        told.append(word)  # before the broadcast: one that failed is not followed by another
+        ranks.broadcast(word)
 
     try:
         if not ranks.main:
-            if ranks.broadcast(None) == TRAIN:
+            word = ranks.broadcast(None)
+            if word == TRAIN:
                 trainer.train(cfg, None, progress=not args.quiet)
+            elif word == STOPPED:
+                print(f"rank {ranks.rank}: rank 0 stopped before training {path}; its error says why")
             return 0
         with runs.Run(path, cfg) as run:  # the run's lock, held until training ends
             if run.done and workers.reuse_finished(run):  # as a grid does
@@ -90,9 +94,11 @@ def _run(args) -> int:
             tell(TRAIN)
             trainer.train(cfg, run, progress=not args.quiet)
     finally:
-        if ranks.main and not told:  # rank 0 failed before deciding (a locked or broken run)
-            tell(STOPPED)  # the others leave rather than wait for it
-        ranks.close()
+        try:
+            if ranks.main and not told:  # rank 0 failed before deciding (a locked or broken run)
+                tell(STOPPED)  # the others leave rather than wait for it
+        finally:
+            ranks.close()
     print(f"run finished: {path}")
     return 0
 

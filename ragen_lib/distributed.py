@@ -32,9 +32,10 @@ class Ranks:
         self.main = self.rank == 0
         self.device = device
         self._opened = self.world > 1 and not dist.is_initialized()
+        if self.world > 1 and device.startswith("cuda"):
+            # also where the group is open already: NCCL's object collectives use the current device
+            torch.cuda.set_device(device)
         if self._opened:
-            if device.startswith("cuda"):
-                torch.cuda.set_device(device)
             # Rank 0 validates alone while the others wait in a broadcast (`trainer._validation`):
             # the paper's 256 states on each of 4 envs can outlast NCCL's 10-minute default watchdog
             dist.init_process_group(

@@ -72,8 +72,10 @@ CHANGES: tuple[Change, ...] = (
         3,
         "2026-12-07",
         "a GRPO group whose rewards were all equal got 0 only where float32 rounding left its std at "
-        "most 1e-6 (eight Sokoban successes of 10.9 all trained at -0.47), and a weighted reasoning "
-        "bonus made the advantages and the loss float64",
+        "most 1e-6: over one group (a filter keeping one, a data-parallel rank holding one) eight "
+        "Sokoban successes of 10.9 all trained at -0.47, while over several the CPU's std was exactly "
+        "0; a GPU's reduction is unmeasured, so every scaled GRPO run trains again. And a weighted "
+        "reasoning bonus made the advantages and the loss float64",
         lambda cfg: (cfg.algo.advantage == "grpo" and cfg.algo.grpo_scale) or cfg.algo.reasoning_lambda != 0,
     ),
 )
@@ -209,7 +211,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.objectives": "05192c7fb1f2",
     "ragen_lib.attention": "d6e4c20eb7bc",
     "ragen_lib.config": "4643361ff576",
-    "ragen_lib.distributed": "f04f817e74a3",
+    "ragen_lib.distributed": "98409e024d42",
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "3eb4ab2941eb",
     "ragen_lib.envs.bandit": "1f62e57e2faf",

@@ -10,6 +10,7 @@ metrics, gradient norm included, match a single-process run of the same config.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -108,8 +109,16 @@ def _launch(tmp_path: Path, cfg: config.Config, timeout=600, **env) -> tuple[lis
         "--quiet",
     ]
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **env}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # its own session, so that a hang kills every rank, not the launcher alone (hung ranks held
+    # the CPU for the process group's 2 h timeout)
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
     [run_dir] = [p.parent for p in (tmp_path / "out").rglob("config.yaml")]
     assert (run_dir / "DONE").exists()
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
