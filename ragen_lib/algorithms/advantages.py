@@ -19,8 +19,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8):
     """(x − mean) / sqrt(var + eps), mean and var over the masked entries only.
 
-    Normalisation: population variance (unbiased=False), as TRL's `masked_whiten`. RAGEN whitens the
-    GAE advantages over policy tokens. shift_mean=False adds the mean back (only the scale changes).
+    Normalisation: population variance (unbiased=False); verl's and TRL's `masked_whiten` take the
+    unbiased one (FIDELITY D12: √(n / (n − 1)) over thousands of tokens). RAGEN whitens the GAE
+    advantages over the loss mask's tokens. shift_mean=False adds the mean back (only the scale changes).
     x, mask (B, T) → (B, T); off-mask entries are transformed too but carry no meaning.
     """
     mean = masked_mean(x, mask)  # ()
