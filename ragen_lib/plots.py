@@ -97,13 +97,13 @@ def _env_of(metric: str, part: pd.DataFrame) -> str | None:
     return None
 
 
-def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict) -> bool:
+def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict) -> str | None:
     """Draw `env`'s random-play and expert success, each arm's as the verdicts take it
     (`analysis.arm_reference`: the action budget, env.kwargs and validation states its runs used);
-    one grey pair where every arm shares them, else a pair per arm in its colour. False where there
-    is no one env to draw."""
+    one grey pair where every arm shares them ("shared"), else a pair per arm in its colour
+    ("per arm"). None where there is no one env to draw."""
     if env is None:
-        return False
+        return None
     from ragen_lib import analysis
 
     try:
@@ -111,15 +111,15 @@ def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict
             h: analysis.arm_reference(part[part[hue] == h], env) for h in colours if (part[hue] == h).any()
         }
     except Exception:  # an env without a floor (unknown name, odd kwargs): no lines, not a failed figure
-        return False
+        return None
     if not refs:
-        return False
+        return None
     shared = len(set(refs.values())) == 1
     for h, (floor, ceiling) in [(None, next(iter(refs.values())))] if shared else refs.items():
         colour = ("0.45", "0.2") if shared else (colours[h], colours[h])
         ax.axhline(floor, color=colour[0], ls="--", lw=1, zorder=1, gid="chance")
         ax.axhline(ceiling, color=colour[1], ls=":", lw=1.2, zorder=1, gid="expert")
-    return True
+    return "shared" if shared else "per arm"
 
 
 def _wrap(text: str, width: int) -> str:
@@ -211,7 +211,7 @@ def curves(
     hue_order = _arms(df, hue, hue_order)
     colours = palette(hue_order)
     cols = order(df[col]) if col else [None]
-    drew_references = False  # the legend names the reference lines only where a panel has them
+    drew_references = set()  # the legend names the reference lines only where a panel has them
     fig, axes = plt.subplots(
         len(metrics), len(cols), figsize=(4.2 * len(cols), 2.6 * len(metrics)), squeeze=False, sharex="col"
     )  # per column: Bandit's 150 steps squeezed FrozenLake's 30 into a fifth of its panel
@@ -256,8 +256,8 @@ def curves(
                 )
             if is_rate(m):
                 ax.set_ylim(-0.03, 1.03)
-                if _references(ax, _env_of(m, part), part, hue, colours):
-                    drew_references = True
+                if drawn := _references(ax, _env_of(m, part), part, hue, colours):
+                    drew_references.add(drawn)
                 elif "success" in m and len(data) and ENV in data and data[ENV].nunique() > 1:
                     # Each env has its own chance and expert level: one pair of lines would mislead.
                     ax.text(
@@ -297,6 +297,12 @@ def curves(
     if drew_references:
         handles += [Line2D([], [], color="0.45", ls="--"), Line2D([], [], color="0.2", ls=":")]
         names += ["random play (chance)", "expert (best possible)"]
+        if "per arm" in drew_references:  # 05's Table 3: each arm's budget has its own levels
+            names = [
+                *names[:-2],
+                "random play (chance; an arm's colour: its own)",
+                "expert (an arm's colour: its own)",
+            ]
     legend = fig.legend(handles, names, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     warm = warmups_text(df) or "none"
     fig.suptitle(

@@ -212,11 +212,15 @@ def test_reference_lines_are_each_arms_own_where_the_arms_had_different_budgets(
     floors = sorted({line.get_ydata()[0] for line in val.lines if line.get_gid() == "chance"})
     want = sorted({analysis.arm_reference(df[df["variant"] == v], "sokoban")[0] for v in per_turn})
     assert len(floors) == 2 and floors == want
+    # the legend says the coloured lines are each arm's own (it named only the grey pair)
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "random play (chance; an arm's colour: its own)" in names, names
     # one budget: one grey pair
     one_budget = {"cfg.rollout.max_actions_per_turn": 5, "cfg.rollout.max_actions_per_episode": 25}
     same = plots.curves(df.assign(**one_budget), ["val/success"], hue="variant")
     val = [ax for ax in same.axes if ax.get_ylabel() == plots.label("val/success")][0]
     assert [line.get_color() for line in val.lines if line.get_gid() == "chance"] == ["0.45"]
+    assert "random play (chance)" in [t.get_text() for t in same.legends[0].get_texts()]
 
 
 def test_the_mean_line_stops_where_a_seed_stopped_and_the_title_says_a_run_is_unfinished():
