@@ -224,7 +224,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.prompting": "1fdc889db9c3",
     "ragen_lib.rollout": "cff325455e94",
     "ragen_lib.seeds": "f89b648e3869",
-    "ragen_lib.trainer": "fcc629a3903c",
+    "ragen_lib.trainer": "5778931f5c1a",
     "ragen_lib.warmup": "7b4bfa8f3345",
     "ragen_lib.work": "906d49cff14f",
 }

@@ -58,6 +58,9 @@ from ragen_lib.config import Config
 from ragen_lib.files import disk_full, fsync_dir, no_space, save_state, write_atomic
 
 DONE = "DONE"
+SHARING_ENV = "RAGEN_RUNS_PER_DEVICE"
+"""How many of the grid's runs train at once on the device a worker trains on (its profile's
+`runs_per_device`, set by `workers.worker_slots`), recorded in DONE; unset: one, as the CLI trains."""
 LOCK = "lock"
 CKPT = "ckpt"
 FINAL_WEIGHTS = "final_weights.pt"

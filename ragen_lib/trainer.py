@@ -286,7 +286,7 @@ def train(cfg: Config, run=None, *, progress: bool = True, checkpoints: bool = T
                 "device": M.device_name(device),
                 "processes": ranks.world,
                 # the grid's runs that trained at once on this device (its time is theirs too)
-                "runs_per_device": int(os.environ.get("RAGEN_RUNS_PER_DEVICE", "1")),  # workers.SHARING_ENV
+                "runs_per_device": int(os.environ.get(runs.SHARING_ENV, "1")),
             },
             final_weights=_final_weights(policy, critic) if t.keep_final_weights else None,
         )

@@ -35,18 +35,13 @@ def worker_slots(runs_per_device: int) -> list[dict]:
         raise ValueError(f"runs_per_device must be >= 1, got {runs_per_device}")
     # Recorded in each run's DONE (`runs_per_device`): seconds of runs that shared a device with
     # another run do not compare with seconds of one that trained alone
-    sharing = {SHARING_ENV: str(runs_per_device)}
+    sharing = {runs.SHARING_ENV: str(runs_per_device)}
     if torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         ids = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
         return [{"CUDA_VISIBLE_DEVICES": i, **sharing} for i in ids for _ in range(runs_per_device)]
     threads = max(1, (os.cpu_count() or 1) // runs_per_device)
     return [{"OMP_NUM_THREADS": str(threads), **sharing} for _ in range(runs_per_device)]
-
-
-SHARING_ENV = "RAGEN_RUNS_PER_DEVICE"
-"""How many of the grid's runs train at once on the device a worker trains on (its profile's
-`runs_per_device`); unset: one, as the CLI trains."""
 
 
 def train_quietly(cfg: config.Config, run, *, checkpoints: bool = True) -> None:

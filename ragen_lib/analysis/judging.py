@@ -337,7 +337,7 @@ def judge(
         )
     if b is not None and claim.metric.startswith(COST_PREFIXES) and "device" in df:
         # Runs shared with other findings train on whichever lease ran them, an H100 or an H200
-        da, db = (sorted(set(part["device"].fillna("not recorded"))) for part in (A, B))
+        da, db = (_recorded(part, "device") for part in (A, B))
         if len(set(da) | set(db)) > 1:
             return replace(
                 row,
@@ -347,7 +347,7 @@ def judge(
     if b is not None and claim.metric.startswith(COST_PREFIXES) and "runs_per_device" in df:
         # Runs packed several to a device (a profile's runs_per_device) share its time and memory:
         # against runs that trained alone, the packing is measured, not the algorithm
-        sa_, sb_ = (sorted({_count(x) for x in part["runs_per_device"]}) for part in (A, B))
+        sa_, sb_ = (_recorded(part, "runs_per_device") for part in (A, B))
         if len(set(sa_) | set(sb_)) > 1:
             return replace(
                 row,
@@ -640,9 +640,15 @@ def _drop_unscored(
     return sa, sb, f"; unscored ({who}): {both}"
 
 
-def _count(x) -> str:
-    """A run's recorded runs_per_device as text ("not recorded" for a run stored before the record)."""
-    return "not recorded" if x is None or (isinstance(x, float) and math.isnan(x)) else str(int(x))
+def _recorded(part: pd.DataFrame, column: str) -> list[str]:
+    """The values of a DONE record (`runs.load`'s `device`, `runs_per_device`) over an arm's runs, as
+    sorted text: "not recorded" for a run stored before the record, a count without its ".0"."""
+    return sorted(
+        {
+            "not recorded" if pd.isna(x) else str(int(x)) if isinstance(x, float) else str(x)
+            for x in part[column]
+        }
+    )
 
 
 def _drop_never_learned(
