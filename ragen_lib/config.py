@@ -843,13 +843,19 @@ def _construct_mapping(loader, node, deep=False):
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue
         key = loader.construct_object(key_node, deep=True)
+        # where the key stands, column too: a flow mapping on one line (`{a: 1, a: 2}`, what
+        # papermill's -p overrides passes) holds both on that line
+        at = (key_node.start_mark.line, key_node.start_mark.column)
         try:
-            first = seen.setdefault(key, key_node.start_mark.line)
+            first = seen.setdefault(key, at)
         except TypeError:  # an unhashable key: SafeLoader says so below
             continue
-        if first != key_node.start_mark.line:
+        if first != at:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice (first on line {first + 1})", key_node.start_mark
+                None,
+                None,
+                f"key {key!r} is given twice (first on line {first[0] + 1}, column {first[1] + 1})",
+                key_node.start_mark,
             )
     return yaml.SafeLoader.construct_mapping(loader, node, deep)
 

@@ -210,7 +210,7 @@ TRAINING_CODE: dict[str, str] = {
     "ragen_lib.algorithms.losses": "72100ef76e2e",
     "ragen_lib.algorithms.objectives": "05192c7fb1f2",
     "ragen_lib.attention": "d6e4c20eb7bc",
-    "ragen_lib.config": "4643361ff576",
+    "ragen_lib.config": "5dba8c0208d0",
     "ragen_lib.distributed": "98409e024d42",
     "ragen_lib.engine": "854bc9c4db8e",
     "ragen_lib.envs": "3eb4ab2941eb",

@@ -297,7 +297,8 @@ def test_yaml_errors_name_the_file_and_line_and_duplicates_are_refused(tmp_path)
     dup = tmp_path / "dup.yaml"
     dup.write_text("train:\n  steps: 3\nalgo:\n  name: apo\ntrain:\n  seed: 2\n")
     with pytest.raises(
-        ValueError, match=r"dup.yaml, line 5, column 1: key 'train' is given twice \(first on line 1\)"
+        ValueError,
+        match=r"dup.yaml, line 5, column 1: key 'train' is given twice \(first on line 1, column 1\)",
     ):
         config.load(dup)  # PyYAML alone keeps the second train: and drops steps: 3 silently
     syntax = tmp_path / "syntax.yaml"
