@@ -138,7 +138,7 @@ print(analysis.criteria(STUDIES))
 
 # %%
 df = experiments.run_finding("01_instability", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+finding, results = df.attrs["finding"], df.attrs["results"]
 
 # %%
 # reward/group_std: the within-group reward std, RAGEN's rollout/in_group_std (the paper's "reward
@@ -160,14 +160,14 @@ ablation = plots.curves(
     title="Ablation: the same with the response-only loss mask",
 )
 figures = [
-    plots.save(fig, profile, f"{finding}_curves"),
-    plots.save(ablation, profile, f"{finding}_response_mask"),
+    plots.save(fig, results, f"{finding}_curves"),
+    plots.save(ablation, results, f"{finding}_response_mask"),
 ]
 
 # %%
 verdict = analysis.decide(df, "PPO outlasts GRPO on Bandit and Sokoban (Fig. 5)", STUDIES, PRIMARY)
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -116,7 +116,7 @@ print(analysis.criteria(STUDIES))
 
 # %%
 df = experiments.run_finding("02_echo_trap", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+finding, results = df.attrs["finding"], df.attrs["results"]
 df["run"] = df["cfg.env.name"] + "/" + df["cfg.algo.name"]
 
 # %% [markdown]
@@ -146,7 +146,7 @@ fig = plots.curves(  # rollout/success: the curve the lead and collapse rows are
     col="cfg.env.name",  # one env a panel: its chance and expert lines
     title="Fig. 6: early warnings of the Echo Trap",
 )
-figures = [plots.save(fig, profile, f"{finding}_indicators")]
+figures = [plots.save(fig, results, f"{finding}_indicators")]
 
 # %%
 div = {
@@ -164,7 +164,7 @@ verdict = analysis.decide(
     measured=div,
 )
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

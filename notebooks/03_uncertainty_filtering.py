@@ -125,7 +125,7 @@ print(analysis.criteria(STUDIES))
 
 # %%
 df = experiments.run_finding("03_uncertainty_filtering", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+finding, results = df.attrs["finding"], df.attrs["results"]
 experiments.label(df, "variant", label)
 
 # %%
@@ -140,18 +140,18 @@ for env, part in df.groupby("cfg.env.name"):
         hue_order=arms,
         title=f"Fig. 7: uncertainty filtering on {env}",
     )
-    figures.append(plots.save(fig, profile, f"{finding}_curves_{env}"))
+    figures.append(plots.save(fig, results, f"{finding}_curves_{env}"))
 display(analysis.late_table(df, metric, ["cfg.env.name", "variant"]))
 finals = plots.per_seed(df, metric, ["cfg.env.name", "variant"])
 bar = plots.bars(finals, "variant", metric, hue="cfg.env.name", title="Late success by kept groups")
-figures.append(plots.save(bar, profile, f"{finding}_final"))
+figures.append(plots.save(bar, results, f"{finding}_final"))
 
 # %%
 verdict = analysis.decide(
     df, "keeping the top 25–50% of groups by reward std beats keeping all", STUDIES, PRIMARY
 )
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -120,7 +120,7 @@ print(analysis.criteria(STUDIES))
 
 # %%
 df = experiments.run_finding("04_kl_and_clipping", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+finding, results = df.attrs["finding"], df.attrs["results"]
 experiments.label(
     df,
     "variant",
@@ -171,15 +171,15 @@ bar = plots.bars(
     title="Fig. 9: late success, StarPO-S vs StarPO",
 )
 figures = [
-    plots.save(fig8, profile, f"{finding}_kl_clip_ablation"),
-    plots.save(fig9, profile, f"{finding}_starpo_s_vs_starpo"),
-    plots.save(bar, profile, f"{finding}_late_success"),
+    plots.save(fig8, results, f"{finding}_kl_clip_ablation"),
+    plots.save(fig9, results, f"{finding}_starpo_s_vs_starpo"),
+    plots.save(bar, results, f"{finding}_late_success"),
 ]
 
 # %%
 verdict = analysis.decide(df, "StarPO-S beats StarPO; no KL and clip-higher help", STUDIES, PRIMARY)
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -210,7 +210,7 @@ PRIMARY = ["table2 newvocab"]  # FrozenLake's row: at random play and under-powe
 
 # %%
 df = experiments.run_finding("05_rollout_quality", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+finding, results = df.attrs["finding"], df.attrs["results"]
 experiments.label(df, "variant", variant)
 STUDIES = studies(df)
 print(analysis.criteria(STUDIES))
@@ -218,14 +218,13 @@ print(analysis.criteria(STUDIES))
 # %%
 metric = analysis.success_metric(df)
 val_cols = [c for c in df.columns if c.startswith("val/success")]
-tables = {}
-for study in ("pxn", "actions", "online"):
+for study in ("pxn", "actions", "online"):  # the training env's success, then each other env validated
     part = df[df["study"] == study]
-    tables[study] = analysis.late_table(part, metric, "variant")
-    for col in val_cols:
-        if col != metric and part[col].notna().any():
-            tables[study] = tables[study].merge(analysis.late_table(part, col, "variant"), on="variant")
-    display(tables[study])
+    display(
+        analysis.late_table(
+            part, [metric, *[c for c in val_cols if c != metric and part[c].notna().any()]], "variant"
+        )
+    )
 figures = []
 pxn = df[df["study"] == "pxn"]
 pxn_episodes = plots.span(pxn["cfg.train.groups"] * pxn["cfg.train.group_size"])  # the profile's, not 128
@@ -245,7 +244,7 @@ for study, title in (
     if study == "online" and "policy/approx_kl" in part:  # how stale its rollouts were: the mechanism
         shown.append("policy/approx_kl")
     fig = plots.curves(part, shown, hue="variant", title=title)
-    figures.append(plots.save(fig, profile, f"{finding}_{study}"))
+    figures.append(plots.save(fig, results, f"{finding}_{study}"))
 columns = [c for c in val_cols if pxn[c].notna().any()]
 if columns:  # none where no P×N run is stored yet (RAGEN_TRAIN=stored)
     seeded = pd.concat(
@@ -259,14 +258,14 @@ if columns:  # none where no P×N run is stored yet (RAGEN_TRAIN=stored)
         title="Table 2: late validation success per column",
         metric="val/success",
     )
-    figures.append(plots.save(bar, profile, f"{finding}_table2"))
+    figures.append(plots.save(bar, results, f"{finding}_table2"))
 
 # %%
 verdict = analysis.decide(
     df, "more initial states, about 4 samples each, generalise better (Table 2)", STUDIES, PRIMARY
 )
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -139,7 +139,7 @@ print(analysis.criteria(STUDIES))
 
 # %%
 df = experiments.run_finding("06_reasoning_rewards", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+finding, results = df.attrs["finding"], df.attrs["results"]
 experiments.label(
     df,
     "variant",
@@ -160,10 +160,8 @@ fig11 = plots.curves(
 )
 shifted = [c for c in df.columns if c.startswith("val/success/")]
 table4 = df[df["cfg.env.name"].isin(list(SHIFTS))]
-table = analysis.late_table(table4, "val/success", "variant")
-for col in shifted:  # success on the shifted env each run was validated on
-    table = table.merge(analysis.late_table(table4, col, "variant"), on="variant")
-display(table)
+# success on the training env, then on the shifted env each run was validated on
+display(analysis.late_table(table4, ["val/success", *shifted], "variant"))
 shifts = [
     plots.per_seed(df[df["cfg.env.name"] == env], f"val/success/{shifted}", ["variant"])
     .rename(columns={f"val/success/{shifted}": "success"})
@@ -193,9 +191,9 @@ fig_bonus = plots.curves(
     title="Reasoning–action consistency bonus (WebShop-lite, λ = 0.4)",
 )
 figures = [
-    plots.save(fig11, profile, f"{finding}_reasoning_length"),
-    plots.save(fig_bonus, profile, f"{finding}_consistency_bonus"),
-    plots.save(table4_bar, profile, f"{finding}_table4"),
+    plots.save(fig11, results, f"{finding}_reasoning_length"),
+    plots.save(fig_bonus, results, f"{finding}_consistency_bonus"),
+    plots.save(table4_bar, results, f"{finding}_table4"),
 ]
 
 # %%
@@ -203,7 +201,7 @@ verdict = analysis.decide(
     df, "reasoning aids generalisation (Table 4); it shortens under success-only rewards", STUDIES, PRIMARY
 )
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

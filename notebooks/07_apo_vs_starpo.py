@@ -48,7 +48,6 @@ overrides = {}  # dotted config overrides applied to every run
 # and the V*-refresh / adaptive stage-1 variants are secondary.
 
 # %%
-import pandas as pd
 from IPython.display import display
 
 from ragen_lib import analysis, experiments, plots
@@ -161,31 +160,6 @@ PRIMARY = [
 print(analysis.criteria(STUDIES))
 
 
-def summary(df):
-    """One row per (env, variant): late success, median train seconds per step, stage-1 seconds,
-    total seconds, peak memory (seeds pooled)."""
-    metric = analysis.success_metric(df)
-    rows = []
-    for (env, variant), part in df.groupby(["cfg.env.name", "variant"]):
-        rows.append(
-            {
-                "env": env,
-                "variant": variant,
-                "seeds": part["cfg.train.seed"].nunique(),
-                "late success": analysis.late_mean(
-                    analysis.curve(part, metric, []).set_index("step")[metric]
-                ),
-                "s/step": float(part["time/train_step"].median()),
-                "stage-1 s": float(part["time/v_star"].sum() / part["cfg.train.seed"].nunique()),
-                "total s": float(part.groupby("cfg.train.seed")["time/train_total"].sum().mean()),
-                "peak GB": float(part["memory/peak_gb"].max())
-                if part["memory/peak_gb"].notna().any()
-                else float("nan"),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def variant(r):
     if r["cfg.algo.apo_refresh_every"]:
         return "apo refresh V*"
@@ -198,16 +172,12 @@ def variant(r):
 
 # %%
 df = experiments.run_finding("07_apo_vs_starpo", profile, seeds=seeds, overrides=overrides)
-profile, finding = df.attrs["profile"], df.attrs["finding"]
+profile, finding, results = df.attrs["profile"], df.attrs["finding"], df.attrs["results"]
 experiments.label(df, "variant", variant)
-df["time/train_step"] = df["time/rollout"] + df["time/forward"] + df["time/update"]
-if "time/v_star" not in df:
-    df["time/v_star"] = 0.0
-df["time/train_total"] = df["time/train_step"] + df["time/v_star"].fillna(0.0)  # stage 1 included
+analysis.add_train_time(df)  # time/train_step, and time/train_total: A*-PO's stage 1 included
 
 # %%
-table = summary(df)
-display(table)
+display(analysis.cost_table(df, "variant"))
 arms = plots.order(df["variant"])  # one order for both curve figures: an arm keeps its colour
 fig = plots.curves(
     df,
@@ -247,9 +217,9 @@ apo = plots.curves(
     title="A*-PO stage 2: log-ratio to the reference and regression residual",
 )
 figures = [
-    plots.save(fig, profile, f"{finding}_curves"),
-    plots.save(cost, profile, f"{finding}_cost"),
-    plots.save(apo, profile, f"{finding}_apo_regression"),
+    plots.save(fig, results, f"{finding}_curves"),
+    plots.save(cost, results, f"{finding}_cost"),
+    plots.save(apo, results, f"{finding}_apo_regression"),
 ]
 if totals["memory/peak_gb"].notna().any():  # CUDA only: memory is not measured on CPU (NaN)
     memory = plots.bars(
@@ -260,7 +230,7 @@ if totals["memory/peak_gb"].notna().any():  # CUDA only: memory is not measured 
         hue_order=arms,
         title="Peak GPU memory per run (its highest step)",
     )
-    figures.append(plots.save(memory, profile, f"{finding}_memory"))
+    figures.append(plots.save(memory, results, f"{finding}_memory"))
 
 # %%
 verdict = analysis.decide(
@@ -270,7 +240,7 @@ verdict = analysis.decide(
     PRIMARY,
 )
 verdict.figures = figures
-verdict_file = verdict.write(profile, df.attrs["wall_s"])
+verdict_file = verdict.write(results, df.attrs["wall_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -31,7 +31,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import hashlib
 import itertools
+import json
 import math
 import os
 import re
@@ -45,6 +47,28 @@ from ragen_lib.envs import env_class
 from ragen_lib.workers import run_grid, train_quietly, worker_slots
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+VARIANTS = "variants"
+
+
+def results_root(profile: str, parameters: dict | None = None) -> Path:
+    """Where a notebook's verdict and figures go: `outputs/<profile>` for the profile's design, and
+    for a notebook run with parameters (`papermill -p seeds ... -p overrides ...`: a researcher's
+    grid) `outputs/<profile>/variants/<name>`, one folder per set of parameters, so a grid's points
+    neither replace the design's verdict nor each other's. Runs stay in the one store (a variant
+    reuses every run it shares with the design). The name is readable and ends in a hash of the
+    parameters, which tells apart two sets that read alike once cut short."""
+    root = runs.output_root(profile)
+    if not parameters:
+        return root
+    digest = hashlib.sha256(json.dumps(parameters, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    flat = []
+    for key, value in sorted(parameters.items()):
+        items = sorted(value.items()) if isinstance(value, dict) else [(key, value)]
+        flat += [f"{k}={json.dumps(v, default=str)}" for k, v in items]
+    readable = re.sub(r"[^A-Za-z0-9._=+-]+", "-", "_".join(flat)).strip("-")[:60]
+    return root / VARIANTS / f"{readable}-{digest}"
 
 
 def default_profile() -> str:
@@ -217,7 +241,9 @@ def parse_overrides(overrides: dict | str | None) -> dict:
     if overrides is None or overrides == "":
         return {}
     if isinstance(overrides, str):
-        parsed = config.read_yaml("overrides", overrides)  # JSON is YAML: '{"train.steps": 50}'
+        parsed = _json_mapping(overrides)
+        if parsed is None:  # not JSON: YAML ('{train.steps: 50}'), which reads 2e-6 as a string
+            parsed = config.read_yaml("overrides", overrides)
         if not isinstance(parsed, dict):
             raise ValueError(
                 "overrides must be a mapping of dotted keys, e.g. "
@@ -227,6 +253,25 @@ def parse_overrides(overrides: dict | str | None) -> dict:
     if not isinstance(overrides, dict):
         raise ValueError(f"overrides must be a mapping of dotted keys or its JSON text, got {overrides!r}")
     return dict(overrides)
+
+
+def _json_mapping(text: str):
+    """`text` as JSON, what `papermill -p overrides '{"train.actor_lr": 2e-6}'` passes, or None where
+    it is not JSON. Read as YAML, that 2e-6 is the string "2e-6" (YAML 1.1 floats need a dot): the
+    run still trains at 2e-6, but the verdict named a string and a variant's folder told 2e-6 from
+    2.0e-6. A key given twice is refused, as YAML's reader refuses it."""
+
+    def once(pairs):
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"overrides: {', '.join(twice)} given twice; give each key once")
+        return dict(pairs)
+
+    try:
+        return json.loads(text, object_pairs_hook=once)
+    except json.JSONDecodeError:
+        return None
 
 
 def parse_seeds(seeds, source: str = "seeds") -> list[int] | None:
@@ -435,7 +480,8 @@ def run_finding(
 
     Returns a DataFrame with one row per run × step: metrics, `cfg.*` columns, the variant's
     labels, and `profile`; `df.attrs` holds profile, finding, root, wall_s, the runs planned and
-    those `missing`, and the notebook's `parameters` where given.
+    those `missing`, the notebook's `parameters` where given, and `results`, the folder its verdict
+    and figures go to (`results_root`).
     """
     import pandas as pd
 
@@ -470,13 +516,14 @@ def run_finding(
     if absent:
         df = pd.concat([df, pd.DataFrame(absent)], axis=1)
     df["profile"] = profile
-    # the notebook's parameters where given: its verdict and REPORT.md name them, since the verdict
-    # file is the profile's one per finding whatever was run by hand
-    parameters = {"seeds": seeds, "overrides": overrides}
+    # the notebook's parameters where given: its verdict and REPORT.md name them, and its verdict
+    # and figures go to a folder of their own (`results`), never over the profile's design's
+    parameters = {k: v for k, v in {"seeds": seeds, "overrides": overrides}.items() if v}
     df.attrs.update(
         profile=profile,
         finding=finding,
-        parameters={k: v for k, v in parameters.items() if v},
+        parameters=parameters,
+        results=str(results_root(profile, parameters)),
         wall_s=time.perf_counter() - t0,
         root=str(root),
         planned=len(wanted),

@@ -26,7 +26,8 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from ragen_lib import models, runs
+from ragen_lib import models
+from ragen_lib.analysis.reporting import results_folder
 from ragen_lib.metrics import format_rate_of, is_rate, label, natural_key
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -572,8 +573,10 @@ def _stamp(fig, df: pd.DataFrame) -> None:
         )
 
 
-def save(fig: plt.Figure, profile: str, name: str) -> str:
-    out = runs.output_root(profile) / "figures" / f"{name}.png"
+def save(fig: plt.Figure, results: str | Path, name: str) -> str:
+    """<results>/figures/<name>.png, `results` the notebook's folder (`df.attrs["results"]`: its
+    profile's, or its variant's); the path written, relative to the checkout where it is in it."""
+    out = results_folder(results) / "figures" / f"{name}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")
     return str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else str(out)

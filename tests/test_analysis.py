@@ -86,6 +86,16 @@ def test_series_and_late_table_average_seeds_per_step_first():
     assert list(analysis.series(df, "rollout/success", v="a")) == [0.0, 0.5]
     table = analysis.late_table(df, "rollout/success", "v").set_index("v")["late rollout/success"]
     assert table["a"] == 0.5 and table["b"] == 1.0  # last third of 2 steps = the last step
+    # several metrics: a column each, one row per arm (05's and 06's success on each env validated)
+    two = analysis.late_table(
+        df.assign(**{"val/success": [0.0, 0.25, 0.0, 0.5, 0.75, 0.75]}),
+        ["rollout/success", "val/success"],
+        "v",
+    )
+    assert two.to_dict("records") == [
+        {"v": "a", "late rollout/success": 0.5, "late val/success": 0.375},
+        {"v": "b", "late rollout/success": 1.0, "late val/success": 0.75},
+    ]
     assert analysis.success_metric(df) == "rollout/success"
     assert analysis.success_metric(df.assign(**{"val/success": 0.3})) == "val/success"
 
@@ -1096,7 +1106,7 @@ def test_verdict_write_and_report_go_under_ragen_outputs(tmp_path, monkeypatch):
     for name in ("09_x_curves", "09_x_old_bar", "09_y_curves"):
         (figures / f"{name}.png").write_bytes(b"png")
     v.figures = [str(figures / "09_x_curves.png")]
-    out = v.write("smoke", wall_s=12.0)
+    out = v.write(runs.output_root("smoke"), wall_s=12.0)
     # an earlier run's figure of this notebook that this run did not draw is gone; others stay
     assert sorted(f.name for f in figures.iterdir()) == ["09_x_curves.png", "09_y_curves.png"]
     assert out == tmp_path / "smoke" / "verdicts" / "09_x.json"
@@ -1172,7 +1182,7 @@ def test_report_lists_failed_unfinished_and_unrun_notebooks_and_marks_stale_verd
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     older = ("01_instability", "03_uncertainty_filtering", "04_kl_and_clipping", "05_rollout_quality")
     for name in (*older, "07_apo_vs_starpo"):
-        analysis.Verdict(name, f"claim {name}", [row], primary=["late"]).write("quick")
+        analysis.Verdict(name, f"claim {name}", [row], primary=["late"]).write(runs.output_root("quick"))
     written = (tmp_path / "quick" / "verdicts" / "01_instability.json").stat().st_mtime
     nbs = tmp_path / "quick" / "notebooks"
     _executed(nbs / "01_instability.ipynb", start=written - 60)  # finished, wrote this verdict
@@ -1703,7 +1713,7 @@ def test_a_success_row_prints_each_arms_late_format_valid_rate(tmp_path, monkeyp
     )
     # and REPORT.md carries it beside the effect
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
-    analysis.Verdict("09_x", "a claim", [row], primary=["late"]).write("smoke")
+    analysis.Verdict("09_x", "a claim", [row], primary=["late"]).write(runs.output_root("smoke"))
     assert "late format-valid a 0.9, b 0.5 |" in analysis.report("smoke").read_text()
 
 
@@ -2123,3 +2133,37 @@ def test_a_run_without_a_recorded_seed_is_named_not_a_crash_or_silently_dropped(
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
     assert row.status == analysis.INCONCLUSIVE and row.seeds == [0, 1, 2, 3, 4]
     assert row.reason.startswith("no seed recorded: arm a: run a4 (train.seed is missing or null"), row
+
+
+def test_07s_training_time_and_cost_table_worked_by_hand():
+    """07's derived times: a step's training seconds are rollout + forward + update (1 + 2 + 3 = 6, no
+    validation); a run's total adds A*-PO's stage 1 once (10 s at step 0): 3 × 6 + 10 = 28 for A*-PO,
+    18 for PPO, whose V* column is empty and adds nothing."""
+    rows = []
+    for arm, success in (("apo", 0.5), ("starpo-ppo", 0.25)):
+        for seed in (0, 1):
+            for step in range(3):
+                rows.append(
+                    {"cfg.env.name": "sokoban", "variant": arm, "cfg.train.seed": seed, "step": step,
+                     "val/success": success, "time/rollout": 1.0, "time/forward": 2.0, "time/update": 3.0,
+                     "time/v_star": 10.0 if arm == "apo" and step == 0 else float("nan"),
+                     "memory/peak_gb": float("nan")}
+                )  # fmt: skip
+    df = pd.DataFrame(rows)
+    analysis.add_train_time(df)
+    assert (df["time/train_step"] == 6.0).all()
+    assert df["time/train_total"].tolist()[:3] == [16.0, 6.0, 6.0]
+    table = analysis.cost_table(df, "variant").set_index("variant")
+    assert table.loc["apo", ["seeds", "late success", "s/step", "stage-1 s", "total s"]].tolist() == [
+        2,
+        0.5,
+        6.0,
+        10.0,
+        28.0,
+    ]
+    assert table.loc["starpo-ppo", ["late success", "stage-1 s", "total s"]].tolist() == [0.25, 0.0, 18.0]
+    assert math.isnan(table.loc["apo", "peak GB"])  # not measured (CPU): not 0
+    # a frame no A*-PO run logged V* in: stage 1 adds nothing, and the column is there for the table
+    no_apo = df[df["variant"] == "starpo-ppo"].drop(columns=["time/v_star", "time/train_total"])
+    analysis.add_train_time(no_apo)
+    assert (no_apo["time/v_star"] == 0.0).all() and (no_apo["time/train_total"] == 6.0).all()

@@ -226,12 +226,15 @@ def test_a_notebook_frame_with_nothing_stored_keeps_its_grids_columns_and_names_
     assert df.empty and {"cfg.env.name", "cfg.algo.name", "cfg.train.seed", "judged"} <= set(df.columns)
     assert set(metrics.METRICS) <= set(df.columns)  # what the notebook's tables and figures read
     assert df.attrs["planned"] == 6 and len(df.attrs["missing"]) == 6
-    assert df.attrs["parameters"] == {}  # the profile's design
-    # a notebook's parameters, which its verdict and REPORT.md then name
+    assert df.attrs["parameters"] == {}  # the profile's design, whose verdict goes to outputs/p
+    assert df.attrs["results"] == str(experiments.results_root("p"))
+    # a notebook's parameters, which its verdict and REPORT.md then name, in a folder of their own
     df = experiments.run_finding(
         "01_a", "p", root=project, progress=False, seeds="[5]", overrides='{"train.actor_lr": 0.5}'
     )
     assert df.attrs["parameters"] == {"seeds": [5], "overrides": {"train.actor_lr": 0.5}}
+    assert df.attrs["results"] == str(experiments.results_root("p", df.attrs["parameters"]))
+    assert "/variants/train.actor_lr=0.5_seeds=-5-" in df.attrs["results"]
 
 
 def _frame(seeds_a, seeds_b, rate_a=0.8, rate_b=0.2):
@@ -327,7 +330,7 @@ def test_the_verdict_the_figure_and_the_report_say_runs_are_missing(tmp_path, mo
         plots.curves(pd.DataFrame(columns=df.columns), ["val/success"], hue="cfg.algo.name")
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(experiments, "findings", lambda: ["09_x"])
-    verdict.write("smoke")
+    verdict.write(runs.output_root("smoke"))
     report = analysis.report("smoke").read_text()
     assert "**Stored runs only: 09_x judged the runs stored" in report
     assert "9 of the grid's 10 runs stored, the rest not trained" in report
@@ -335,20 +338,61 @@ def test_the_verdict_the_figure_and_the_report_say_runs_are_missing(tmp_path, mo
     assert "notebook parameters" not in str(verdict) + report  # the profile's design
 
 
-def test_a_verdict_run_with_notebook_parameters_says_which_wherever_it_is_read(tmp_path, monkeypatch):
-    """The verdict file is one per profile and finding: one from `papermill -p overrides ...` replaces
-    the profile's, so it, its JSON and REPORT.md name the parameters it ran with."""
-    df = _frame([0, 1, 2], [0, 1, 2])
-    given = {"seeds": [0, 1, 2], "overrides": {"algo.kl_coef": 0.5}}
-    df.attrs.update(finding="09_x", parameters=given)
-    verdict = analysis.decide(df, "PPO beats GRPO", [(CLAIM, A, B)], ["late"], floor_ceiling=None)
-    text = 'notebook parameters: seeds [0, 1, 2]; overrides {"algo.kl_coef": 0.5}'
-    assert text in str(verdict)
+def test_a_notebook_run_with_parameters_writes_its_own_folder_and_the_design_verdict_stays(
+    tmp_path, monkeypatch
+):
+    """A researcher's grid (`papermill -p overrides ...`, one point per run) once wrote each point's
+    verdict and figures over the profile's design's, each point over the last. Now a set of
+    parameters has a folder of its own; the verdict, its JSON and REPORT.md name the parameters,
+    and the report's table stays the design's."""
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     monkeypatch.setattr(experiments, "findings", lambda: ["09_x"])
-    verdict.write("smoke")
-    assert json.loads((tmp_path / "smoke" / "verdicts" / "09_x.json").read_text())["parameters"] == given
-    assert text in analysis.report("smoke").read_text()
+    design = _frame([0, 1, 2], [0, 1, 2])
+    design.attrs.update(finding="09_x", parameters={}, results=str(experiments.results_root("smoke", {})))
+    v = analysis.decide(design, "PPO beats GRPO", [(CLAIM, A, B)], ["late"], floor_ceiling=None)
+    v.write(design.attrs["results"])
+    points = [{"seeds": [0, 1, 2], "overrides": {"algo.kl_coef": k}} for k in (0.5, 0.05)]
+    folders = []
+    for given in points:
+        df = _frame([0, 1, 2], [0, 1, 2])
+        results = str(experiments.results_root("smoke", given))
+        df.attrs.update(finding="09_x", parameters=given, results=results)
+        verdict = analysis.decide(df, "PPO beats GRPO", [(CLAIM, A, B)], ["late"], floor_ceiling=None)
+        fig = plots.curves(df, ["val/success"], hue="cfg.algo.name", title="T")
+        verdict.figures = [plots.save(fig, df.attrs["results"], "09_x_curves")]
+        fig.clf()  # drawn and saved: a test suite's open figures add up (matplotlib warns past 20)
+        folders.append(verdict.write(df.attrs["results"]).parent.parent)
+        kl = given["overrides"]["algo.kl_coef"]
+        assert f'notebook parameters: seeds [0, 1, 2]; overrides {{"algo.kl_coef": {kl}}}' in str(verdict)
+    base = tmp_path / "smoke"
+    assert folders[0] != folders[1] and all(f.parent == base / "variants" for f in folders)
+    assert folders[0].name.startswith("algo.kl_coef=0.5_seeds=-0-1-2-")  # readable, then a hash
+    for folder, given in zip(folders, points):
+        assert json.loads((folder / "verdicts" / "09_x.json").read_text())["parameters"] == given
+        assert (folder / "figures" / "09_x_curves.png").exists()
+    assert json.loads((base / "verdicts" / "09_x.json").read_text())["parameters"] == {}  # the design's
+    assert not (base / "figures").exists()  # no point's figure drawn over the design's
+    report = analysis.report("smoke").read_text()
+    table, variants = report.split("## Variants: notebooks run with parameters (2)")
+    assert "notebook parameters" not in table
+    assert 'overrides {"algo.kl_coef": 0.05}' in variants and 'overrides {"algo.kl_coef": 0.5}' in variants
+    assert f"](variants/{folders[0].name}/figures/09_x_curves.png)" in variants
+    # a bare profile name, as notebooks passed before variants had folders, would write to ./smoke
+    with pytest.raises(ValueError, match=r"pass the notebook's df.attrs\['results'\]"):
+        v.write("smoke")
+    with pytest.raises(ValueError, match="not a results folder"):
+        plots.save(fig, "smoke", "09_x_curves")
+
+
+def test_run_finding_names_the_results_folder_of_its_parameters(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    assert experiments.results_root("smoke") == experiments.results_root("smoke", {}) == tmp_path / "smoke"
+    a = experiments.results_root("smoke", {"overrides": {"train.steps": 50}})
+    # the same parameters in another order: one folder; another value: another
+    assert a == experiments.results_root("smoke", {"overrides": {"train.steps": 50}})
+    assert a != experiments.results_root("smoke", {"overrides": {"train.steps": 51}})
+    long = {"overrides": {f"algo.key_{i}": "x" * 30 for i in range(5)}}
+    assert len(experiments.results_root("smoke", long).name) <= 60 + 9
 
 
 def test_the_cli_lists_the_backlog_and_refuses_a_bad_profile_or_budget(project, capsys):

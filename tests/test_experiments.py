@@ -640,6 +640,17 @@ def test_papermill_overrides_as_json_text_and_overriding_a_varied_key_is_an_erro
         experiments.variants("03_uncertainty_filtering", "smoke", overrides="[1, 2]")
     with pytest.raises(ValueError, match="overrides, line 1"):
         experiments.variants("03_uncertainty_filtering", "smoke", overrides='{"train.steps": ')
+    # JSON's 2e-6 is a float (YAML 1.1 read it as the string "2e-6", which the verdict then named and
+    # a variant's folder told from 2.0e-6); YAML still parses; a key twice is refused in either
+    assert experiments.parse_overrides('{"train.actor_lr": 2e-6}') == {"train.actor_lr": 2e-6}
+    assert experiments.parse_overrides("{train.steps: 5}") == {"train.steps": 5}
+    with pytest.raises(ValueError, match="train.steps given twice"):
+        experiments.parse_overrides('{"train.steps": 5, "train.steps": 6}')
+    with pytest.raises(
+        ValueError,
+        match=r"overrides, line 1, column 18: key 'train.steps' is given twice \(first on line 1, column 2\)",
+    ):
+        experiments.parse_overrides("{train.steps: 5, train.steps: 6}")
     grid = tmp_path / "kw.yaml"  # a grid varying a mapping: an override of one entry is a clash too
     grid.write_text(
         "base: {env.name: bandit}\ngrid:\n  env.kwargs: [{high_risk_p: 0.2}, {high_risk_p: 0.5}]\n"
@@ -1121,7 +1132,9 @@ def _studies_on_the_grid(name: str, profile: str) -> tuple[list, object]:
         df = pd.DataFrame(rows).drop_duplicates(["run_id", "step"])  # variants sharing a config: one run
         df = experiments.label_rows(df, experiments.grid_labels(Path("/nonexistent"), finding, pairs))
         df["profile"] = profile_
-        df.attrs.update(profile=profile_, finding=finding, wall_s=0.0, root="/nonexistent")
+        df.attrs.update(
+            profile=profile_, finding=finding, wall_s=0.0, root="/nonexistent", results="/nonexistent"
+        )
         return df
 
     seen = {}

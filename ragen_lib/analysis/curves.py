@@ -132,15 +132,54 @@ def late_mean(values: pd.Series, frac: float = LATE) -> float:
     return float(late_tail(v, frac).mean())
 
 
-def late_table(df: pd.DataFrame, metric: str, by: str | list[str]) -> pd.DataFrame:
-    """One row per combination of `by`: the late mean of `metric` (seeds averaged per step first),
-    in the figures' legend order (numbers inside labels by value: "top 25%" before "top 100%")."""
+def late_table(df: pd.DataFrame, metric: str | list[str], by: str | list[str]) -> pd.DataFrame:
+    """One row per combination of `by`: the late mean of each `metric` (seeds averaged per step
+    first), a column `late <metric>` each, in the figures' legend order (numbers inside labels by
+    value: "top 25%" before "top 100%")."""
     by = [by] if isinstance(by, str) else list(by)
+    metrics = [metric] if isinstance(metric, str) else list(metric)
     rows = []
     parts = [(k if isinstance(k, tuple) else (k,), part) for k, part in df.groupby(by, sort=False)]
     for key, part in sorted(parts, key=lambda kp: tuple(map(natural_key, kp[0]))):
-        c = curve(part, metric, [])
-        rows.append({**dict(zip(by, key)), f"late {metric}": late_mean(c.set_index("step")[metric])})
+        late = {f"late {m}": late_mean(curve(part, m, []).set_index("step")[m]) for m in metrics}
+        rows.append({**dict(zip(by, key)), **late})
+    return pd.DataFrame(rows)
+
+
+def add_train_time(df: pd.DataFrame) -> None:
+    """Set, in place, the derived `time/` metrics 07 compares (`metrics.METRICS`): `time/train_step`,
+    rollout + forward + update (no validation, no V*), and `time/train_total`, that plus A*-PO's stage
+    1 and V* refreshes, `time/v_star`, on the steps that logged them; `time/v_star` itself is 0 on a
+    frame no A*-PO run logged it in. The trainer logs the parts: a derived sum is not a second record
+    to keep in step."""
+    df["time/train_step"] = df["time/rollout"] + df["time/forward"] + df["time/update"]
+    if "time/v_star" not in df:
+        df["time/v_star"] = 0.0
+    df["time/train_total"] = df["time/train_step"] + df["time/v_star"].fillna(0.0)
+
+
+def cost_table(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    """One row per (env, `by`) (07: per variant) of a frame `add_train_time` ran on: seeds, late
+    success (seeds averaged per step first), median training seconds a step, stage-1 seconds and
+    total training seconds per run (means over seeds), and the peak GPU memory of any run (NaN on
+    CPU, where it is not measured)."""
+    metric = success_metric(df)
+    rows = []
+    for (env, arm), part in df.groupby(["cfg.env.name", by]):
+        n_seeds = part["cfg.train.seed"].nunique()
+        peak = part["memory/peak_gb"]
+        rows.append(
+            {
+                "env": env,
+                by: arm,
+                "seeds": n_seeds,
+                "late success": late_mean(curve(part, metric, []).set_index("step")[metric]),
+                "s/step": float(part["time/train_step"].median()),
+                "stage-1 s": float(part["time/v_star"].sum() / n_seeds),
+                "total s": float(part.groupby("cfg.train.seed")["time/train_total"].sum().mean()),
+                "peak GB": float(peak.max()) if peak.notna().any() else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 

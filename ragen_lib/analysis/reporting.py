@@ -1,14 +1,16 @@
 """A notebook's verdict and the report across notebooks.
 
 `headline` (a stated rule over the primary rows), `Verdict` (printed, and written to
-`outputs/<profile>/verdicts/`), `decide` (the one call a notebook makes) and `report()`, which
-writes REPORT.md: a row per sub-claim, NO VERDICT rows for notebooks that raised, were killed or
-never ran (`notebook_run`), STALE marks, and the devices and models the runs trained on.
+`outputs/<profile>/verdicts/`, or a variant's folder for a notebook run with parameters), `decide`
+(the one call a notebook makes) and `report()`, which writes REPORT.md: a row per sub-claim, NO
+VERDICT rows for notebooks that raised, were killed or never ran (`notebook_run`), STALE marks, the
+devices and models the runs trained on, and a line per variant.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -108,25 +110,39 @@ class Verdict:
         extra = "\n".join(f"  {k}: {_fmt(v)}" for k, v in self.measured.items())
         return "\n".join(x for x in (head, rows, extra) if x)
 
-    def write(self, profile: str, wall_s: float | None = None) -> Path:
-        """outputs/<profile>/verdicts/<notebook>.json; then the notebook's figures an earlier run drew
-        and this one did not (03's curves of an env no longer stored, 05's Table 2 bar) are
-        removed, lest they sit beside this verdict as if they were its."""
-        out = runs.output_root(profile) / "verdicts" / f"{self.notebook}.json"
+    def write(self, results: str | Path, wall_s: float | None = None) -> Path:
+        """<results>/verdicts/<notebook>.json, `results` the notebook's folder (`df.attrs["results"]`:
+        outputs/<profile>, or its variant's, `experiments.results_root`); then the notebook's figures
+        an earlier run drew there and this one did not (03's curves of an env no longer stored,
+        05's Table 2 bar) are removed, lest they sit beside this verdict as if they were its."""
+        results = results_folder(results)
+        out = results / "verdicts" / f"{self.notebook}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         data = {**asdict(self), "wall_s": wall_s, "commit": runs.git_commit()}
         files.write_atomic(out, json.dumps(data, indent=1, default=str))  # a crash leaves the old one
         drawn = {Path(f).name for f in self.figures}
-        for stale in (runs.output_root(profile) / "figures").glob(f"{self.notebook}_*.png"):
+        for stale in (results / "figures").glob(f"{self.notebook}_*.png"):
             if stale.name not in drawn:
                 stale.unlink(missing_ok=True)
         return out
 
 
+def results_folder(results: str | Path) -> Path:
+    """A notebook's results folder, refusing a bare profile name: `write("quick")` and
+    `plots.save(fig, "quick", ...)`, as notebooks called them before variants had folders, would
+    write into ./quick of the working folder, where no report looks."""
+    if os.sep not in str(results):
+        raise ValueError(
+            f"{results!r} is not a results folder: pass the notebook's df.attrs['results'] "
+            "(outputs/<profile>, or its variant's folder), not the profile's name"
+        )
+    return Path(results)
+
+
 def given(parameters: dict) -> str:
     """The notebook parameters a verdict ran with, where given (`papermill -p seeds ... -p overrides
-    ...`): the verdict file is one per profile and finding, so whoever reads it learns that it may
-    not be the profile's design."""
+    ...`): whoever reads the verdict, wherever it is copied to, learns that it is not the profile's
+    design."""
     return "; ".join(f"{k} {json.dumps(v, default=str)}" for k, v in parameters.items())
 
 
@@ -299,9 +315,43 @@ def report(profile: str) -> Path:
             f"{profile}` lists what is left.**",
             "",
         ]
+    lines += variant_lines(base, profile)
     out = base / "REPORT.md"
     files.write_atomic(out, "\n".join(lines) + "\n")
     return out
+
+
+def variant_lines(base: Path, profile: str) -> list[str]:
+    """REPORT.md's section on the verdicts of notebooks run with parameters (a researcher's grid,
+    `experiments.results_root`): a line each, its headline, parameters and figures; the table above
+    is the profile's design alone."""
+    from ragen_lib.experiments import VARIANTS
+
+    found = sorted((base / VARIANTS).glob("*/verdicts/*.json"))
+    if not found:
+        return []
+    lines = [
+        "",
+        f"## Variants: notebooks run with parameters ({len(found)})",
+        "",
+        "Each was run with `papermill -p seeds ... -p overrides ...` and judged by the same rule as "
+        "the design above, on its own runs; none of them is the profile's design, and none changes "
+        "a verdict above.",
+        "",
+        "| notebook | parameters | verdict | why | figures |",
+        "|---|---|---|---|---|",
+    ]
+    for path in found:
+        v = _read_verdict(path, profile)
+        folder = path.parent.parent.relative_to(base).as_posix()
+        on = scope({r["id"]: r["status"] for r in v.get("rows", [])}, v.get("primary", []))
+        figs = " ".join(f"[{Path(f).stem}]({folder}/figures/{Path(f).name})" for f in v.get("figures", []))
+        lines.append(
+            f"| {v['notebook']} | {given(v.get('parameters') or {}) or folder} | "
+            f"**{v['status']}**{' ' + on if on else ''} ([verdict]({folder}/verdicts/{path.name})) | "
+            f"{v['reason']} | {figs} |"
+        )
+    return lines
 
 
 def _read_verdict(path: Path, profile: str) -> dict:
