@@ -426,3 +426,122 @@ def test_zscore_by_hand():
     s = 1 / math.sqrt(2 / 3)
     assert_close(A.zscore(t(1, 2, 3)), t(-s, 0, s))
     assert_close(A.zscore(t(4, 4)), t(0, 0))
+
+
+# --- the objectives and estimators through their registries, by hand --------------------------------
+# Each test below pins a number that a plausible slip changes while every earlier test still passes
+# (found by planting the slips one at a time: tokens weighed as sequences, the clip bounds swapped,
+# Dr. GRPO's unscaled mode lost, the reasoning bonus whitened with the advantages, A*-PO's target
+# without its bonus scale, an unstable sort of tied groups, a ratio statistic over masked tokens).
+def _batch(rows: int):
+    from ragen_lib.distributed import Ranks, Shard
+
+    return Shard(Ranks("cpu"), rows=torch.arange(rows), lo=0, total=rows)
+
+
+def _inputs(*, token_rewards, mask, rewards=None, reasoning=None, v_star=None, group_size=1):
+    B = mask.shape[0]
+    zeros = torch.zeros(B)
+    return A.AdvantageInputs(
+        token_rewards=token_rewards, rewards=zeros if rewards is None else rewards, mask=mask,
+        values=torch.zeros_like(mask), kl=torch.zeros_like(mask),
+        reasoning=zeros if reasoning is None else reasoning, v_star=zeros if v_star is None else v_star,
+        group_size=group_size, batch=_batch(B),
+    )  # fmt: skip
+
+
+def test_ppo_clip_objective_weighs_its_loss_by_tokens_and_clips_each_side_at_its_own_bound():
+    from types import SimpleNamespace
+
+    ppo = A.POLICY_OBJECTIVES["ppo-clip"]
+    a = SimpleNamespace(clip_low=0.2, clip_high=0.28)  # StarPO-S's decoupled bounds
+    mb = {"old_logp": torch.zeros(1, 3), "advantages": torch.ones(1, 3), "loss_mask": torch.ones(1, 3)}
+    # ratio 1, A = 1: the micro-batch's token-mean −1 times its share of the mini-batch's tokens
+    loss, _ = ppo(torch.zeros(1, 3), mb, a, token_share=0.75, seq_share=0.5)
+    assert_close(loss, torch.tensor(-0.75))
+    # ratio 1.25, A = +1: inside [1 − 0.2, 1 + 0.28], so unclipped (−1.25); clip_high 0.2 would cap it
+    loss, stats = ppo(torch.log(torch.full((1, 3), 1.25)), mb, a, token_share=1.0, seq_share=1.0)
+    assert_close(loss, torch.tensor(-1.25))
+    assert float(stats["policy/clip_frac_high"]) == 0.0
+    # ratio 0.75, A = −1: below 1 − 0.2 and clipped at 0.8 (clip_low 0.28 would leave 0.75)
+    mb_neg = {**mb, "advantages": -torch.ones(1, 3)}
+    loss, stats = ppo(torch.log(torch.full((1, 3), 0.75)), mb_neg, a, token_share=1.0, seq_share=1.0)
+    assert_close(loss, torch.tensor(0.8))
+    assert float(stats["policy/clip_frac_low"]) == 1.0
+
+
+def test_grpo_estimator_scales_by_the_group_std_only_when_asked():
+    from ragen_lib.config import AlgoConfig
+
+    # rewards (0, 2) in one group: r − mean = (−1, 1); RAGEN divides by the unbiased std √2 (scaled),
+    # Dr. GRPO does not (grpo_scale false); every token of a row carries its row's value
+    x = _inputs(token_rewards=torch.zeros(2, 2), mask=torch.ones(2, 2), rewards=t(0, 2), group_size=2)
+    scaled, _ = A.ADVANTAGE_ESTIMATORS["grpo"](x, AlgoConfig(name="starpo-grpo"))
+    assert_close(scaled, t(-1, -1, 1, 1).view(2, 2) / math.sqrt(2))
+    unscaled, _ = A.ADVANTAGE_ESTIMATORS["grpo"](x, AlgoConfig(name="starpo-grpo", grpo_scale=False))
+    assert_close(unscaled, t(-1, -1, 1, 1).view(2, 2))
+
+
+def test_gae_estimator_adds_the_reasoning_bonus_after_whitening():
+    from ragen_lib.config import AlgoConfig
+
+    # one token a row, γ = λ = 1, values 0: GAE is the reward (0, 2), whitened to (−1, 1); the bonus
+    # (0, 1) z-scores to (−1, 1) and adds λ = 0.5 of it: (−1.5, 1.5). Added before the whitening it
+    # would be whitened away to (−1, 1); z-scored from the rewards it would add nothing.
+    x = _inputs(token_rewards=t(0, 2)[:, None], mask=torch.ones(2, 1), reasoning=t(0, 1))
+    algo = AlgoConfig(name="starpo-ppo", gamma=1.0, lam=1.0, kl_coef=0.0, reasoning_lambda=0.5)
+    adv, _ = A.ADVANTAGE_ESTIMATORS["gae"](x, algo)
+    assert_close(adv, t(-1.5, 1.5)[:, None])
+
+
+def test_apo_estimator_target_is_r_minus_v_star_on_every_token_plus_its_scaled_bonus():
+    from ragen_lib.config import AlgoConfig
+
+    # r (1, 0), V* (0.5, 0.5): the target (0.5, −0.5) on every token, the prompt's column 0 too (the
+    # objective reads column 0); with λ = 0.5 the bonus z (−1, 1) enters scaled by the targets' std 0.5
+    mask = t(0, 1, 0, 1).view(2, 2)
+    x = _inputs(token_rewards=torch.zeros(2, 2), mask=mask, rewards=t(1, 0), v_star=t(0.5, 0.5))
+    adv, _ = A.ADVANTAGE_ESTIMATORS["apo"](x, AlgoConfig(name="apo"))
+    assert_close(adv, t(0.5, 0.5, -0.5, -0.5).view(2, 2))
+    x.reasoning = t(0, 1)
+    adv, _ = A.ADVANTAGE_ESTIMATORS["apo"](x, AlgoConfig(name="apo", reasoning_lambda=0.5))
+    assert_close(adv, t(0.25, 0.25, -0.25, -0.25).view(2, 2))
+
+
+def test_one_group_of_equal_rewards_has_a_std_of_exactly_zero():
+    # a single group (P = 1: a data-parallel rank holding one) is where float32 leaves 6e-8 for 0.9s
+    assert A.group_reward_std(torch.full((8,), 0.9), 8).tolist() == [0.0]
+
+
+def test_tied_groups_keep_the_lower_index_however_many_groups_there_are():
+    # 20 groups of 2, constant but for groups 3 and 7: top 5 keeps those two, then the lowest-indexed
+    # constant groups 0, 1, 2 (an unstable sort picks other ties once P is large: [3, 7, 10, 18, 19])
+    r = torch.zeros(40)
+    r[7], r[15] = 1.0, 1.0
+    assert A.select_groups(r, 2, 0.25).tolist() == [0, 1, 2, 3, 7]
+
+
+def test_the_ratio_statistics_read_the_loss_tokens_alone():
+    # ratios (2, 0.5, e) with mask (1, 1, 0), advantages (1, 0, 1): over the two loss tokens the mean
+    # is 1.25 and the (population) std 0.75; the 0.5 token has A = 0, so nothing is clipped low
+    logp = torch.log(t(2, 0.5, math.e))[None]
+    _, s = A.clipped_policy_loss(logp, torch.zeros(1, 3), t(1, 0, 1)[None], t(1, 1, 0)[None])
+    assert_close(s["ratio_mean"], torch.tensor(1.25))
+    assert_close(s["ratio_std"], torch.tensor(0.75))
+    assert float(s["clip_frac_low"]) == 0.0
+
+
+def test_sequence_advantages_broadcast_along_each_row_and_an_empty_batch_has_no_gradient():
+    # B = T = 2 and advantages (1, −1), one per row: row 0's tokens gain, row 1's lose
+    logp = torch.zeros(2, 2, requires_grad=True)
+    loss, _ = A.clipped_policy_loss(logp, torch.zeros(2, 2), t(1, -1), torch.ones(2, 2))
+    loss.backward()
+    assert_close(loss, torch.tensor(0.0))
+    assert_close(logp.grad, t(-0.25, -0.25, 0.25, 0.25).view(2, 2))
+    # no loss token at all, sequence-mean: a loss of 0 with no gradient, whatever the advantages
+    logp = torch.zeros(2, 2, requires_grad=True)
+    loss, _ = A.clipped_policy_loss(
+        logp, torch.zeros(2, 2), t(5, 5), torch.zeros(2, 2), agg="seq-mean-token-mean"
+    )
+    loss.backward()
+    assert loss.item() == 0.0 and logp.grad.abs().sum() == 0
