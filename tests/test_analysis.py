@@ -2167,3 +2167,121 @@ def test_07s_training_time_and_cost_table_worked_by_hand():
     no_apo = df[df["variant"] == "starpo-ppo"].drop(columns=["time/v_star", "time/train_total"])
     analysis.add_train_time(no_apo)
     assert (no_apo["time/v_star"] == 0.0).all() and (no_apo["time/train_total"] == 6.0).all()
+
+
+# --- verdict rules a plausible slip would change (a mutation audit's survivors) ----------------------
+# Each case's status is what the rule gives; each fails on the slip named beside it (planted and run).
+def test_a_lead_of_zero_in_every_seed_is_not_a_lead():
+    # the indicator never drops before the collapse: every seed's lead is 0, CI [0, 0], MDE 2 steps
+    # (a CI low of 0 read as "above 0", or the no-spread rule applied to leads, would not say so)
+    df = runs_df({"a": lambda seed, step: 0.6 if step < 10 else 0.0})
+    df["reward/group_std"] = 0.4
+    claim = analysis.Claim("lead", "x", "rollout/success", mde=2, score="lead", indicator="reward/group_std")
+    row = analysis.judge(df, claim, {"arm": "a"}, None)
+    assert (row.status, row.reason) == (
+        analysis.NOT_REPRODUCED, "CI high +0 below the MDE 2: the claimed effect is excluded"
+    )  # fmt: skip
+
+
+def test_equal_collapse_steps_meet_a_noninferiority_claim():
+    # 01's FrozenLake shape: both arms collapse at the same step in every seed, margin 5 steps. The
+    # no-spread rule for tied collapses is for superiority claims: "no earlier" holds here.
+    f = lambda seed, step: 0.6 if step < 10 + 2 * seed else 0.0  # noqa: E731
+    claim = analysis.Claim(
+        "ni", "x", "rollout/success", mde=5, score="collapse", kind="noninferiority", margin=5
+    )
+    row = analysis.judge(runs_df({"a": f, "b": f}), claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.REPRODUCED and row.reason.startswith("CI low +0 above −margin -5")
+
+
+def test_a_seed_that_never_learned_leaves_both_arms_and_the_pairing_stays():
+    fa = lambda seed, step: 0.6 if step < 20 + seed else 0.0  # noqa: E731
+    fb = lambda seed, step: 0.05 if seed == 5 else (0.6 if step < 10 + seed else 0.0)  # noqa: E731
+    claim = analysis.Claim("c", "x", "rollout/success", mde=5, score="collapse", test="sign")
+    df = runs_df({"a": fa, "b": fb}, seeds=range(6))
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    # 5 paired seeds, each a 10-step lead: sign test p = 1/32; seed 5 named, not a Welch comparison
+    assert row.status == analysis.REPRODUCED and "sign test p 0.0312" in row.reason
+    assert "b seeds [5] never rose" in row.reason and "unpaired" not in row.reason
+
+
+def test_only_both_arms_at_a_bound_is_a_floor():
+    # reasoning length: arm b (3 to 5 tokens) is within the MDE 5 of the bound 0, arm a (30+) is not
+    df = runs_df({"a": lambda seed, step: 30.0 + seed, "b": lambda seed, step: 3.0 + 0.5 * seed})
+    df["reasoning/length"] = df["val/success"]
+    claim = analysis.Claim("len", "x", "reasoning/length", mde=5, bound=0.0)
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.REPRODUCED
+
+
+def test_an_arm_just_under_random_play_has_not_sunk_and_each_arm_has_its_own_floor():
+    # random play 0.19: b at 0.17 is under it but not by more than the MDE 0.1, so it did not sink
+    # (what random play keeps, it kept): neither arm above the floor by the MDE, INCONCLUSIVE
+    df = runs_df({"a": lambda seed, step: 0.28 + 0.002 * seed, "b": lambda seed, step: 0.17 + 0.001 * seed})
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=(0.19, 1.0))
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm (0.284, 0.172)")
+    # 1 action a turn (random play 0.105) against 7 (0.314): each arm 0.05 above its own floor, so a
+    # floor for both (against a's floor, b's 0.364 would read as a decided win)
+    claim = analysis.Claim("t3", "x", "val/success", mde=0.1, env="sokoban")
+    limits = {
+        "a": {"cfg.rollout.max_actions_per_turn": 1, "cfg.rollout.max_actions_per_episode": 5},
+        "b": {"cfg.rollout.max_actions_per_turn": 7, "cfg.rollout.max_actions_per_episode": 35},
+    }
+    floors = {
+        k: analysis.arm_reference(pd.DataFrame([{**v, "cfg.train.val_size": 128}]), "sokoban")[0]
+        for k, v in limits.items()
+    }
+    df = runs_df({"a": floors["a"] + 0.05, "b": floors["b"] + 0.05})
+    for col in limits["a"]:
+        df[col] = np.where(df["arm"] == "a", limits["a"][col], limits["b"][col])
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("floor: neither arm (0.155, 0.364)")
+    # runs of one arm under both budgets: the highest floor and the lowest ceiling (toward INCONCLUSIVE)
+    both = pd.DataFrame([{**v, "cfg.train.val_size": 128} for v in limits.values()])
+    one = {
+        k: analysis.arm_reference(pd.DataFrame([{**v, "cfg.train.val_size": 128}]), "sokoban")
+        for k, v in limits.items()
+    }
+    assert analysis.arm_reference(both, "sokoban") == (one["b"][0], one["a"][1])
+
+
+def test_the_arm_with_fewer_seeds_sets_the_power():
+    df = pd.concat(
+        [
+            runs_df({"a": lambda seed, step: 0.8 + 0.01 * seed}),
+            runs_df({"b": lambda seed, step: 0.2 + 0.01 * seed}, seeds=(5, 6)),
+        ]
+    )
+    row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith("under-powered: 2 seed(s) < 3")
+
+
+def test_a_sign_test_reads_the_claims_direction_and_a_median_is_a_median():
+    # lower is better (direction −1): a's 1.0x seconds beat b's 2.0x in all 5 seeds, p = 1/32
+    df = runs_df({"a": lambda seed, step: 1.0 + 0.01 * seed, "b": lambda seed, step: 2.0 + 0.03 * seed})
+    df["time/step"] = df["val/success"]
+    claim = analysis.Claim("t", "x", "time/step", mde=0.1, score="median", direction=-1, test="sign")
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.REPRODUCED and "sign test p 0.0312" in row.reason
+    one = pd.DataFrame(
+        {"cfg.train.seed": 0, "step": range(5), "time/step": [1.0, 1.0, 1.0, 1.0, 11.0], "done": True}
+    )
+    median = analysis.Claim("m", "x", "time/step", mde=0.1, score="median")
+    assert analysis.seed_scores(one, median)["score"].item() == 1.0  # the mean would be 3.0
+
+
+def test_a_clip_fraction_never_logged_is_a_clip_that_did_not_act():
+    df = runs_df({"a": lambda seed, step: 0.8 + 0.01 * seed, "b": lambda seed, step: 0.2 + 0.01 * seed})
+    df.loc[df["arm"] == "a", ["policy/clip_frac_low", "policy/clip_frac_high"]] = np.nan
+    claim = analysis.Claim("c", "x", "val/success", mde=0.1, mechanism="clip")
+    row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
+    assert row.status == analysis.INCONCLUSIVE and row.reason.startswith(
+        "mechanism did not act (clip, arm a)"
+    )
+
+
+def test_the_earlier_of_a_success_and_a_format_collapse_counts_and_a_short_curve_reads_its_drop():
+    # success's 5-step average falls under half its peak 0.6 at step 12; format-valid's at step 22
+    assert analysis.collapse(s([0.6] * 10 + [0.0] * 20), s([1.0] * 20 + [0.0] * 10)) == 12
+    # 13 logged points: the early level is read over the first 5, and the drop found at step 8
+    assert analysis.drop_step(s([2.0] * 5 + [0.5] * 8)) == 8
