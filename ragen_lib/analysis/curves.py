@@ -141,7 +141,7 @@ def late_table(df: pd.DataFrame, metric: str | list[str], by: str | list[str]) -
     rows = []
     parts = [(k if isinstance(k, tuple) else (k,), part) for k, part in df.groupby(by, sort=False)]
     for key, part in sorted(parts, key=lambda kp: tuple(map(natural_key, kp[0]))):
-        late = {f"late {m}": late_mean(curve(part, m, []).set_index("step")[m]) for m in metrics}
+        late = {f"late {m}": late_mean(series(part, m)) for m in metrics}
         rows.append({**dict(zip(by, key)), **late})
     return pd.DataFrame(rows)
 
@@ -173,7 +173,7 @@ def cost_table(df: pd.DataFrame, by: str) -> pd.DataFrame:
                 "env": env,
                 by: arm,
                 "seeds": n_seeds,
-                "late success": late_mean(curve(part, metric, []).set_index("step")[metric]),
+                "late success": late_mean(series(part, metric)),
                 "s/step": float(part["time/train_step"].median()),
                 "stage-1 s": float(part["time/v_star"].sum() / n_seeds),
                 "total s": float(part.groupby("cfg.train.seed")["time/train_total"].sum().mean()),
