@@ -388,8 +388,11 @@ def test_run_finding_names_the_results_folder_of_its_parameters(tmp_path, monkey
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
     assert experiments.results_root("smoke") == experiments.results_root("smoke", {}) == tmp_path / "smoke"
     a = experiments.results_root("smoke", {"overrides": {"train.steps": 50}})
-    # the same parameters in another order: one folder; another value: another
+    # the same parameters again, or in another order: one folder; another value: another
     assert a == experiments.results_root("smoke", {"overrides": {"train.steps": 50}})
+    two = {"overrides": {"train.steps": 50, "algo.kl_coef": 0.1}, "seeds": [0, 1]}
+    again = {"seeds": [0, 1], "overrides": {"algo.kl_coef": 0.1, "train.steps": 50}}
+    assert experiments.results_root("smoke", two) == experiments.results_root("smoke", again)
     assert a != experiments.results_root("smoke", {"overrides": {"train.steps": 51}})
     long = {"overrides": {f"algo.key_{i}": "x" * 30 for i in range(5)}}
     assert len(experiments.results_root("smoke", long).name) <= 60 + 9
