@@ -2072,14 +2072,16 @@ def test_a_one_arm_claim_above_chance_is_tested_against_random_play():
 
 
 def test_a_non_inferiority_criterion_adds_the_margin_where_lower_is_better():
-    """Lower is better (direction −1): a is no worse than b by more than the margin when a <= b +
-    margin, which the verdict judged while the criterion printed a <= b − margin."""
+    """Lower is better (direction −1): a is no worse than b by more than the margin when a < b +
+    margin, which the verdict judged while the criterion printed a <= b − margin. Strict, as the
+    verdict decides it: it printed a >= b − margin while arms exactly the margin apart read
+    INCONCLUSIVE."""
     faster = analysis.Claim(
         "t", "a is no slower", "time/step", 5.0, direction=-1, kind="noninferiority", margin=5.0
     )
-    assert "a <= b + 5 (non-inferiority margin)" in faster.criterion()
+    assert "a < b + 5 (non-inferiority margin)" in faster.criterion()
     better = analysis.Claim("s", "a is no worse", "val/success", 0.1, kind="noninferiority", margin=0.1)
-    assert "a >= b − 0.1 (non-inferiority margin)" in better.criterion()
+    assert "a > b − 0.1 (non-inferiority margin)" in better.criterion()
 
 
 def test_two_arms_that_collapse_at_the_same_step_in_every_seed_are_a_tie():
@@ -2192,6 +2194,21 @@ def test_equal_collapse_steps_meet_a_noninferiority_claim():
     )
     row = analysis.judge(runs_df({"a": f, "b": f}), claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
     assert row.status == analysis.REPRODUCED and row.reason.startswith("CI low +0 above −margin -5")
+
+
+def test_arms_exactly_the_margin_apart_are_not_shown_non_inferior_and_the_criterion_says_so():
+    """The criterion printed "a >= b − margin" while the verdict asks the CI's low end to clear
+    −margin: a that collapses exactly 5 steps before b in every seed (CI [−5, −5]) is on the margin,
+    not within it, and the reason said the CI "straddles" a margin it only touched."""
+    fa = lambda seed, step: 0.6 if step < 10 + 2 * seed else 0.0  # noqa: E731
+    fb = lambda seed, step: 0.6 if step < 15 + 2 * seed else 0.0  # noqa: E731
+    claim = analysis.Claim(
+        "ni", "x", "rollout/success", mde=5, score="collapse", kind="noninferiority", margin=5
+    )
+    row = analysis.judge(runs_df({"a": fa, "b": fb}), claim, {"arm": "a"}, {"arm": "b"}, floor_ceiling=None)
+    assert row.status == analysis.INCONCLUSIVE and row.ci == pytest.approx((-5.0, -5.0)), row
+    assert row.reason == "CI [-5, -5]: its low end does not clear −margin -5", row
+    assert "a > b − 5 (non-inferiority margin)" in row.criterion
 
 
 def test_a_seed_that_never_learned_leaves_both_arms_and_the_pairing_stays():

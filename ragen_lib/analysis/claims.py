@@ -106,9 +106,9 @@ class Claim:
         """The criterion in words, as printed before the data."""
         sign = ">" if self.direction > 0 else "<"
         if self.kind == "noninferiority":  # no worse by more than the margin, whichever way is better
-            rule = (
-                f"a {sign}= b {'−' if self.direction > 0 else '+'} {self.margin:g} (non-inferiority margin)"
-            )
+            # strict, as `judging` decides it: the CI's low end must clear −margin, so arms exactly
+            # the margin apart are not shown non-inferior (the usual H0: a − b <= −margin)
+            rule = f"a {sign} b {'−' if self.direction > 0 else '+'} {self.margin:g} (non-inferiority margin)"
         else:
             rule = f"a {sign} b, minimum detectable effect {self.mde:g}"
         # a lead is measured from the indicator's drop: without it, 02's three leads read alike

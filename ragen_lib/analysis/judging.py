@@ -701,7 +701,10 @@ def _decision(ci: tuple[float, float], sa: pd.DataFrame, sb: pd.DataFrame, claim
             return REPRODUCED, f"CI low {lo:+.3g} above −margin {-claim.margin:g}"
         if hi < -claim.margin:
             return NOT_REPRODUCED, f"CI high {hi:+.3g} below −margin {-claim.margin:g}"
-        return INCONCLUSIVE, f"CI [{lo:+.3g}, {hi:+.3g}] straddles the margin {-claim.margin:g}"
+        # lo <= −margin <= hi: "straddles" misread a CI whose low end sits exactly on the margin
+        return INCONCLUSIVE, (
+            f"CI [{lo:+.3g}, {hi:+.3g}]: its low end does not clear −margin {-claim.margin:g}"
+        )
     sign_ok = claim.test != "sign" or p < claim.alpha
     if lo > 0 and sign_ok:
         extra = f", sign test p {p:.3g}" if paired else ""
