@@ -36,6 +36,8 @@ help:
 	@echo "make notebooks   re-execute notebooks/*.ipynb at smoke scale (the references nbval compares)"
 	@echo "make replicate-all [PROFILE=smoke|quick|paper]  plan (disk check), then every notebook with papermill into outputs/"
 	@echo "make replicate NB=01   one notebook (its plan first);  make report: outputs/<profile>/REPORT.md;  make lab"
+	@echo "                 (make replicate NB=03 SEEDS='[0, 1]' OVERRIDES='{\"train.actor_lr\": 2e-6}': one grid point,"
+	@echo "                  into outputs/<profile>/variants/<name>/)"
 	@echo "make backlog [PROFILE=quick] [BUDGET_S=480]  runs left, judged studies first; BUDGET_S: train what fits"
 	@echo "                 (RAGEN_TRAIN=stored make replicate-all: judge only the runs stored, train nothing)"
 	@echo "make bench       speed report: outputs/bench/<device>.md (load, generation, train step, update; QUICK=1: outputs/bench/quick/)"
@@ -145,6 +147,7 @@ CHECK_PROFILE = $(if $(strip $(PROFILE)),,$(error PROFILE is empty: give PROFILE
 # output disk cannot hold the plan; PLAN_FLAGS=--no-check skips the refusal.
 replicate-all: $(STAMP)
 	$(CHECK_PROFILE)
+	$(if $(SEEDS)$(OVERRIDES),$(error replicate-all runs each profile's design; SEEDS and OVERRIDES are one notebook's grid point: make replicate NB=03 SEEDS=... OVERRIDES=...))
 	$(PY) -m ragen_lib plan $(PROFILE) $(PLAN_FLAGS)
 	@failed=""; for nb in $(NOTEBOOKS); do n=$$(basename $$nb | cut -c1-2); \
 	   $(MAKE) --no-print-directory replicate NB=$$n PROFILE=$(PROFILE) PLANNED=1; rc=$$?; \
@@ -159,19 +162,27 @@ replicate-all: $(STAMP)
 # so a failed rerun does not overwrite the last finished copy (a killed one stays .running).
 # Alone, it first prints the finding's plan (a misspelt PROFILE, a missing model or a full disk
 # stop it there, in one line, before a kernel starts); replicate-all has planned already.
+# SEEDS='[0, 1, 2]' and OVERRIDES='{"train.actor_lr": 2e-6}' run one point of a grid, as papermill's
+# -p seeds / -p overrides do: its verdict, figures and executed copy go to the variant's folder,
+# outputs/<profile>/variants/<name>/ (`plan --results-folder` names it, and refuses a bad key first).
 replicate: $(STAMP)
 	$(CHECK_PROFILE)
 	@src=$$(ls notebooks/$(NB)_*.py 2>/dev/null); \
 	 if [ $$(echo $$src | wc -w) -ne 1 ]; then echo "make replicate: NB=$(NB) names no notebook; NB is one of: $$(ls notebooks/[0-9][0-9]_*.py | xargs -n1 basename | cut -c1-2 | tr '\n' ' ')" >&2; exit 2; fi; \
 	 name=$$(basename $$src .py); \
+	 seeds='$(subst ','"'"',$(SEEDS))'; overrides='$(subst ','"'"',$(OVERRIDES))'; \
+	 if [ -n "$$seeds$$overrides" ] && [ ! -f params/$$name.yaml ]; then echo "make replicate: $$name has no grid, so it takes no SEEDS or OVERRIDES" >&2; exit 2; fi; \
 	 if [ -z "$(PLANNED)" ]; then \
-	   if [ -f params/$$name.yaml ]; then $(PY) -m ragen_lib plan $(PROFILE) --finding $$name $(PLAN_FLAGS) || exit $$?; \
+	   if [ -f params/$$name.yaml ]; then $(PY) -m ragen_lib plan $(PROFILE) --finding $$name --seeds "$$seeds" --overrides "$$overrides" $(PLAN_FLAGS) || exit $$?; \
 	   else $(PY) -m ragen_lib plan $(PROFILE) --no-check >/dev/null || exit $$?; fi; \
 	 fi; \
-	 out=$${RAGEN_OUTPUTS:-outputs}/$(PROFILE)/notebooks; mkdir -p $$out || exit 2; \
+	 results=$$($(PY) -m ragen_lib plan $(PROFILE) --finding $$name --seeds "$$seeds" --overrides "$$overrides" --results-folder) || exit 2; \
+	 out=$$results/notebooks; mkdir -p $$out || exit 2; \
 	 tmp=$$(mktemp -d); \
 	 $(PY) -m jupytext --quiet --to ipynb --output $$tmp/$$name.ipynb $$src && \
-	 $(PY) -m papermill --log-output $$tmp/$$name.ipynb $$out/$$name.running.ipynb -p profile $(PROFILE); \
+	 if [ -n "$$seeds$$overrides" ]; then \
+	   $(PY) -m papermill --log-output $$tmp/$$name.ipynb $$out/$$name.running.ipynb -p profile $(PROFILE) -p seeds "$$seeds" -p overrides "$$overrides"; \
+	 else $(PY) -m papermill --log-output $$tmp/$$name.ipynb $$out/$$name.running.ipynb -p profile $(PROFILE); fi; \
 	 rc=$$?; rm -rf $$tmp; \
 	 if [ $$rc -eq 0 ]; then mv -f $$out/$$name.running.ipynb $$out/$$name.ipynb && rm -f $$out/$$name.failed.ipynb; \
 	 elif [ -f $$out/$$name.running.ipynb ]; then mv -f $$out/$$name.running.ipynb $$out/$$name.failed.ipynb; \

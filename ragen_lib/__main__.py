@@ -345,7 +345,20 @@ def _plan(args) -> int:
     from ragen_lib import experiments
 
     try:  # an unknown profile or finding, a grid file's typo: the message says what to fix
-        p = experiments.plan(args.profile, root=args.root, names=args.finding or None, device=args.device)
+        parameters = experiments.notebook_parameters(args.seeds, args.overrides)
+        if parameters and len(args.finding) != 1:
+            raise ValueError(
+                "--seeds and --overrides are one notebook's parameters: give one --finding "
+                "(make replicate NB=03 SEEDS=... OVERRIDES=...)"
+            )
+        if args.results_folder:  # for `make replicate`: where the executed copy goes, checked first
+            if parameters:  # a key the grid varies, train.seed, a typo: refused before a kernel starts
+                experiments.variants(args.finding[0], args.profile, **parameters)
+            print(experiments.results_root(args.profile, parameters))
+            return 0
+        p = experiments.plan(
+            args.profile, root=args.root, names=args.finding or None, device=args.device, **parameters
+        )
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     print(experiments.format_plan(p))
@@ -592,6 +605,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     plan.add_argument(
         "--no-check", action="store_true", help="print the plan, do not compare with free space"
+    )
+    plan.add_argument(
+        "--seeds", default=None, help="one notebook's seeds, as papermill's -p seeds takes them: '[0, 1, 2]'"
+    )
+    plan.add_argument(
+        "--overrides",
+        default=None,
+        help="one notebook's dotted overrides, as papermill's -p overrides: '{\"train.actor_lr\": 2e-6}'",
+    )
+    plan.add_argument(
+        "--results-folder",
+        action="store_true",
+        help="print only the folder the notebook's verdict, figures and executed copy go to "
+        "(outputs/<profile>, or its variants/<name> with --seeds or --overrides)",
     )
     blog = sub.add_parser(
         "backlog",

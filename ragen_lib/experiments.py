@@ -71,6 +71,15 @@ def results_root(profile: str, parameters: dict | None = None) -> Path:
     return root / VARIANTS / f"{readable}-{digest}"
 
 
+def notebook_parameters(seeds=None, overrides=None) -> dict:
+    """A notebook's parameters as `results_root` names them: the seeds and overrides given, parsed
+    from papermill's (or make's) text, those left at their defaults left out. `run_finding` and
+    `make replicate` (through `plan --results-folder`) both read them here, so the executed copy
+    lands in the folder the notebook writes its verdict to."""
+    parsed = {"seeds": parse_seeds(seeds), "overrides": parse_overrides(overrides)}
+    return {k: v for k, v in parsed.items() if v}
+
+
 def default_profile() -> str:
     """quick when CUDA is present, smoke otherwise (RAGEN_PROFILE overrides)."""
     if os.environ.get("RAGEN_PROFILE"):
@@ -367,8 +376,8 @@ def judged_variants(
             if v != "train.seed"
         ]
         raise ValueError(
-            f"overrides set {', '.join(clash)}, which {path.name} varies per run "
-            + (f"({'; '.join(values)})" if values else "")
+            f"overrides set {', '.join(clash)}, which {path.name} varies per run"
+            + (f" ({'; '.join(values)})" if values else "")
             + ": the grid's values would win and the override would be ignored. Remove it"
             + (" (pass seeds=[...] for train.seed)" if "train.seed" in clash else "")
             + f", or edit the grid in {path}."
@@ -488,7 +497,8 @@ def run_finding(
     check_parameters()
     profile = profile or default_profile()
     mode = train_mode()  # a misspelt RAGEN_TRAIN stops here, before anything trains
-    seeds, overrides = parse_seeds(seeds), parse_overrides(overrides)  # papermill's text, once
+    parameters = notebook_parameters(seeds, overrides)  # papermill's text, parsed once
+    seeds, overrides = parameters.get("seeds"), parameters.get("overrides")
     finding, pairs = variants(finding, profile, seeds=seeds, overrides=overrides)
     root_given = bool(root)
     root = Path(root) if root else runs.output_root(profile)
@@ -518,7 +528,6 @@ def run_finding(
     df["profile"] = profile
     # the notebook's parameters where given: its verdict and REPORT.md name them, and its verdict
     # and figures go to a folder of their own (`results`), never over the profile's design's
-    parameters = {k: v for k, v in {"seeds": seeds, "overrides": overrides}.items() if v}
     df.attrs.update(
         profile=profile,
         finding=finding,
@@ -772,9 +781,18 @@ def estimate_seconds(cfg: config.Config, bench: dict | None) -> float | None:
     return bench["s_per_step"] * scale * cfg.train.steps
 
 
-def plan(profile: str, *, root=None, names: list[str] | None = None, device: str | None = None) -> dict:
+def plan(
+    profile: str,
+    *,
+    root=None,
+    names: list[str] | None = None,
+    device: str | None = None,
+    seeds: list[int] | None = None,
+    overrides: dict | None = None,
+) -> dict:
     """A profile's plan as data: per finding the runs, those already finished, the steps still to
-    train and the disk they need; and for the whole plan the need and the free space. A running
+    train and the disk they need; and for the whole plan the need and the free space. `seeds`,
+    `overrides`: a notebook's parameters (`make replicate SEEDS=... OVERRIDES=...`). A running
     run holds one checkpoint, two for a moment while the next replaces it (written, then the old
     removed); a finished run keeps only what `finished_bytes` counts. Findings run one after
     another (make replicate-all), so the need is every finding's leftovers plus the largest peak."""
@@ -786,7 +804,8 @@ def plan(profile: str, *, root=None, names: list[str] | None = None, device: str
     # `run_grid(train=False)`): so does the plan, which then fingerprints no model either.
     weights = train_mode() == "all"
     for name in names or findings():
-        finding, pairs = variants(name, profile)  # a number names its finding (grid_file)
+        # a number names its finding (grid_file)
+        finding, pairs = variants(name, profile, seeds=seeds, overrides=overrides)
         unique = {runs.run_dir(root, finding, c): c for c, _ in pairs}
         # run_grid copies a run another finding finished (or an earlier one here will): not trained twice
         shared = {

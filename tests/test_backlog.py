@@ -219,7 +219,7 @@ def test_ragen_train_names_its_modes(monkeypatch):
 
 
 def test_a_notebook_frame_with_nothing_stored_keeps_its_grids_columns_and_names_what_is_missing(
-    project, monkeypatch
+    project, monkeypatch, capsys
 ):
     monkeypatch.setenv("RAGEN_TRAIN", "stored")
     df = experiments.run_finding("01_a", "p", root=project, progress=False)
@@ -235,6 +235,22 @@ def test_a_notebook_frame_with_nothing_stored_keeps_its_grids_columns_and_names_
     assert df.attrs["parameters"] == {"seeds": [5], "overrides": {"train.actor_lr": 0.5}}
     assert df.attrs["results"] == str(experiments.results_root("p", df.attrs["parameters"]))
     assert "/variants/train.actor_lr=0.5_seeds=-5-" in df.attrs["results"]
+    # `make replicate SEEDS=... OVERRIDES=...` puts the executed copy where `plan --results-folder`
+    # says, from the same text: the folder the notebook then writes its verdict to
+    from ragen_lib.__main__ import main
+
+    capsys.readouterr()
+    given = ["--seeds", "[5]", "--overrides", '{"train.actor_lr": 0.5}']
+    assert main(["plan", "p", "--finding", "01_a", *given, "--results-folder"]) == 0
+    assert capsys.readouterr().out == df.attrs["results"] + "\n"
+    assert main(["plan", "p", "--finding", "01_a", "--seeds", "", "--overrides", "", "--results-folder"]) == 0
+    assert capsys.readouterr().out == str(experiments.results_root("p")) + "\n"  # the design's
+    assert main(["plan", "p", *given, "--results-folder"]) == 2  # a grid point of which notebook?
+    err = capsys.readouterr().err
+    assert "--seeds and --overrides are one notebook's parameters: give one --finding" in err
+    typo = ["--overrides", '{"train.actr_lr": 0.5}', "--results-folder"]
+    assert main(["plan", "p", "--finding", "01_a", *typo]) == 2  # a misspelt key, before a kernel starts
+    assert "did you mean train.actor_lr?" in capsys.readouterr().err
 
 
 def _frame(seeds_a, seeds_b, rate_a=0.8, rate_b=0.2):

@@ -133,6 +133,19 @@ def test_replicate_stops_a_bad_notebook_profile_or_model_in_one_line_before_a_ke
         assert (
             empty.returncode == 2 and "PROFILE is empty: give PROFILE=smoke, quick or paper" in empty.stderr
         )
+    # one grid point (SEEDS=, OVERRIDES=, papermill's -p seeds / -p overrides): a misspelt key, a
+    # notebook without a grid and replicate-all, which runs the design, stop in one line
+    typo = _make(tmp_path, "replicate", "NB=03", "PROFILE=smoke", """OVERRIDES={"train.actr_lr": 1e-6}""")
+    assert typo.returncode == 2 and "train.actr_lr (did you mean train.actor_lr?)" in typo.stderr, typo.stderr
+    quote = _make(tmp_path, "replicate", "NB=03", "PROFILE=smoke", """OVERRIDES={"env.nam": "it's"}""")
+    assert quote.returncode == 2 and "env.nam (did you mean env.name?)" in quote.stderr, quote.stderr
+    for bad in (typo, quote):
+        assert "Traceback" not in bad.stderr and "Executing" not in bad.stdout + bad.stderr
+    no_grid = _make(tmp_path, "replicate", "NB=00", "PROFILE=smoke", "SEEDS=[0, 1]")
+    assert no_grid.returncode == 2 and "00_environments has no grid, so it takes no SEEDS" in no_grid.stderr
+    design = _make(tmp_path, "replicate-all", "PROFILE=smoke", "SEEDS=[0, 1]")
+    assert design.returncode == 2 and "replicate-all runs each profile's design" in design.stderr
+    assert not (tmp_path / "out").exists()
     quick = _make(tmp_path, "bench", "QUICK=yes")  # any value ran --quick, QUICK=0 too
     assert quick.returncode == 2 and "QUICK=yes: QUICK=1 for the tiny sizes" in quick.stderr
 
