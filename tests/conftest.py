@@ -7,6 +7,31 @@ from ragen_lib import files
 from ragen_lib.envs.base import TextEnv
 
 
+def advantage_inputs(
+    mask, *, token_rewards=None, values=None, kl=None, rewards=None, reasoning=None, v_star=None, group_size=1
+):
+    """`AdvantageInputs` for an estimator test: one process holding every row (the estimators' batch
+    statistics over all of them), zeros wherever a test leaves an input out, in the mask's dtype."""
+    import torch
+
+    from ragen_lib.algorithms import AdvantageInputs
+    from ragen_lib.distributed import Ranks, Shard
+
+    B = mask.shape[0]
+    zeros, tokens = torch.zeros(B, dtype=mask.dtype), torch.zeros_like(mask)
+    return AdvantageInputs(
+        token_rewards=tokens if token_rewards is None else token_rewards,
+        rewards=zeros if rewards is None else rewards,
+        mask=mask,
+        values=tokens if values is None else values,
+        kl=tokens if kl is None else kl,
+        reasoning=zeros if reasoning is None else reasoning,
+        v_star=zeros if v_star is None else v_star,
+        group_size=group_size,
+        batch=Shard(Ranks("cpu"), rows=torch.arange(B), lo=0, total=B),
+    )
+
+
 class LineEnv(TextEnv):
     """A 1-D corridor for protocol tests: walk Right `length` times to reach the goal."""
 

@@ -7,6 +7,7 @@ import torch
 from torch.testing import assert_close
 
 from ragen_lib import algorithms as A
+from tests.conftest import advantage_inputs
 
 
 def t(*x):
@@ -433,23 +434,6 @@ def test_zscore_by_hand():
 # (found by planting the slips one at a time: tokens weighed as sequences, the clip bounds swapped,
 # Dr. GRPO's unscaled mode lost, the reasoning bonus whitened with the advantages, A*-PO's target
 # without its bonus scale, an unstable sort of tied groups, a ratio statistic over masked tokens).
-def _batch(rows: int):
-    from ragen_lib.distributed import Ranks, Shard
-
-    return Shard(Ranks("cpu"), rows=torch.arange(rows), lo=0, total=rows)
-
-
-def _inputs(*, token_rewards, mask, rewards=None, reasoning=None, v_star=None, group_size=1):
-    B = mask.shape[0]
-    zeros = torch.zeros(B)
-    return A.AdvantageInputs(
-        token_rewards=token_rewards, rewards=zeros if rewards is None else rewards, mask=mask,
-        values=torch.zeros_like(mask), kl=torch.zeros_like(mask),
-        reasoning=zeros if reasoning is None else reasoning, v_star=zeros if v_star is None else v_star,
-        group_size=group_size, batch=_batch(B),
-    )  # fmt: skip
-
-
 def test_ppo_clip_objective_weighs_its_loss_by_tokens_and_clips_each_side_at_its_own_bound():
     from types import SimpleNamespace
 
@@ -475,7 +459,7 @@ def test_grpo_estimator_scales_by_the_group_std_only_when_asked():
 
     # rewards (0, 2) in one group: r − mean = (−1, 1); RAGEN divides by the unbiased std √2 (scaled),
     # Dr. GRPO does not (grpo_scale false); every token of a row carries its row's value
-    x = _inputs(token_rewards=torch.zeros(2, 2), mask=torch.ones(2, 2), rewards=t(0, 2), group_size=2)
+    x = advantage_inputs(torch.ones(2, 2), rewards=t(0, 2), group_size=2)
     scaled, _ = A.ADVANTAGE_ESTIMATORS["grpo"](x, AlgoConfig(name="starpo-grpo"))
     assert_close(scaled, t(-1, -1, 1, 1).view(2, 2) / math.sqrt(2))
     unscaled, _ = A.ADVANTAGE_ESTIMATORS["grpo"](x, AlgoConfig(name="starpo-grpo", grpo_scale=False))
@@ -488,7 +472,7 @@ def test_gae_estimator_adds_the_reasoning_bonus_after_whitening():
     # one token a row, γ = λ = 1, values 0: GAE is the reward (0, 2), whitened to (−1, 1); the bonus
     # (0, 1) z-scores to (−1, 1) and adds λ = 0.5 of it: (−1.5, 1.5). Added before the whitening it
     # would be whitened away to (−1, 1); z-scored from the rewards it would add nothing.
-    x = _inputs(token_rewards=t(0, 2)[:, None], mask=torch.ones(2, 1), reasoning=t(0, 1))
+    x = advantage_inputs(torch.ones(2, 1), token_rewards=t(0, 2)[:, None], reasoning=t(0, 1))
     algo = AlgoConfig(name="starpo-ppo", gamma=1.0, lam=1.0, kl_coef=0.0, reasoning_lambda=0.5)
     adv, _ = A.ADVANTAGE_ESTIMATORS["gae"](x, algo)
     assert_close(adv, t(-1.5, 1.5)[:, None])
@@ -500,7 +484,7 @@ def test_apo_estimator_target_is_r_minus_v_star_on_every_token_plus_its_scaled_b
     # r (1, 0), V* (0.5, 0.5): the target (0.5, −0.5) on every token, the prompt's column 0 too (the
     # objective reads column 0); with λ = 0.5 the bonus z (−1, 1) enters scaled by the targets' std 0.5
     mask = t(0, 1, 0, 1).view(2, 2)
-    x = _inputs(token_rewards=torch.zeros(2, 2), mask=mask, rewards=t(1, 0), v_star=t(0.5, 0.5))
+    x = advantage_inputs(mask, rewards=t(1, 0), v_star=t(0.5, 0.5))
     adv, _ = A.ADVANTAGE_ESTIMATORS["apo"](x, AlgoConfig(name="apo"))
     assert_close(adv, t(0.5, 0.5, -0.5, -0.5).view(2, 2))
     x.reasoning = t(0, 1)

@@ -16,34 +16,13 @@ from torch.testing import assert_close
 
 from ragen_lib import algorithms as A
 from ragen_lib.config import AlgoConfig
-from ragen_lib.distributed import Ranks, Shard
+from tests.conftest import advantage_inputs
 
 REF = json.loads((Path(__file__).parent / "data" / "reference_functions.json").read_text())
 
 
 def t(x) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float64)
-
-
-def whole_batch(rows: int) -> Shard:
-    """One process holding every kept row: the estimators' batch statistics over all of them."""
-    return Shard(Ranks("cpu"), rows=torch.arange(rows), lo=0, total=rows)
-
-
-def inputs(token_rewards, values, mask, kl=None, rewards=None, group_size=1) -> A.AdvantageInputs:
-    B = mask.shape[0]
-    zeros = torch.zeros(B, dtype=torch.float64)
-    return A.AdvantageInputs(
-        token_rewards=token_rewards,
-        rewards=zeros if rewards is None else rewards,
-        mask=mask,
-        values=values,
-        kl=torch.zeros_like(mask) if kl is None else kl,
-        reasoning=zeros,
-        v_star=zeros,
-        group_size=group_size,
-        batch=whole_batch(B),
-    )
 
 
 def unbiased_over_population(mask: torch.Tensor) -> float:
@@ -64,7 +43,9 @@ def test_starpo_ppo_advantages_are_verls_gae_with_the_kl_reward_whitened_over_th
     algo = AlgoConfig(name="starpo-ppo", gamma=c["gamma"], lam=c["lam"])
     assert algo.kl_coef == 0.001 and algo.kl_in_reward  # RAGEN's USE_BASE PPO settings
 
-    adv, returns = A.ADVANTAGE_ESTIMATORS["gae"](inputs(scores, values, mask, kl=k1), algo)
+    adv, returns = A.ADVANTAGE_ESTIMATORS["gae"](
+        advantage_inputs(mask, token_rewards=scores, values=values, kl=k1), algo
+    )
 
     assert_close(adv, t(c["advantages"]) * unbiased_over_population(mask) * mask, rtol=1e-7, atol=1e-8)
     assert_close(returns, t(c["returns"]) * mask, rtol=1e-9, atol=1e-9)
@@ -88,8 +69,7 @@ def test_starpo_grpo_advantages_are_ragens_group_normalised_score_with_the_forma
     s = REF["scores"]
     rewards = t(s["scores"]) + t(s["penalty"])
     mask = torch.ones(len(rewards), 3, dtype=torch.float64)
-    zeros = torch.zeros_like(mask)
-    x = inputs(zeros, zeros, mask, rewards=rewards, group_size=s["group_size"])
+    x = advantage_inputs(mask, rewards=rewards, group_size=s["group_size"])
     adv, _ = A.ADVANTAGE_ESTIMATORS["grpo"](x, AlgoConfig(name="starpo-grpo"))
     expected = t(s["mean_std"]["grpo_advantage"])
     assert_close(adv, expected[:, None].expand_as(mask), rtol=1e-5, atol=1e-5)  # RAGEN's sums are fp32
