@@ -115,8 +115,8 @@ def _references(ax, env: str | None, part: pd.DataFrame, hue: str, colours: dict
         return None
     if not refs:
         return None
-    shared = len(set(refs.values())) == 1
-    for h, (floor, ceiling) in [(None, next(iter(refs.values())))] if shared else refs.items():
+    shared = len({(r.floor, r.ceiling) for r in refs.values()}) == 1
+    for h, (floor, ceiling, _states) in [(None, next(iter(refs.values())))] if shared else refs.items():
         colour = ("0.45", "0.2") if shared else (colours[h], colours[h])
         ax.axhline(floor, color=colour[0], ls="--", lw=1, zorder=1, gid="chance")
         ax.axhline(ceiling, color=colour[1], ls=":", lw=1.2, zorder=1, gid="expert")

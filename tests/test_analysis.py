@@ -467,15 +467,15 @@ def test_a_run_that_never_learned_did_not_outlast_anything():
     # Without the check this was REPRODUCED: effect 18 steps in every seed, CI [14, +inf].
     assert row.status == analysis.INCONCLUSIVE, row
     assert row.reason == (
-        "never learned: a seeds [0, 1, 2, 3, 4] never rose 0.1 above random play (0.5) on bandit: a run "
-        "that never learned had nothing to lose, so seeds [0, 1, 2, 3, 4] are left out; no seed left to "
-        "compare"
+        "never learned: a seeds [0, 1, 2, 3, 4] never rose 0.1 above random play (0.5) on bandit (its "
+        "first 128 validation states): a run that never learned had nothing to lose, so seeds "
+        "[0, 1, 2, 3, 4] are left out; no seed left to compare"
     )
     # One flat seed is left out of both arms and named; the four that learned still decide.
     one = runs_df({"a": lambda seed, step: 0.55 if seed == 4 else 0.9, "b": b_collapses})
     row = analysis.judge(one, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.REPRODUCED and row.ci == (14.0, math.inf), row
-    assert "; a seeds [4] never rose 0.1 above random play (0.5) on bandit" in row.reason
+    assert "; a seeds [4] never rose 0.1 above random play (0.5) on bandit (its first 128" in row.reason
     assert "so seeds [4] are left out; censored: a seeds [0, 1, 2, 3] did not collapse" in row.reason
     # Two flat seeds leave three: too few for a sign test, and the row says why and which.
     sign = analysis.Claim(
@@ -518,9 +518,14 @@ def test_tie_at_floor_is_inconclusive_relative_to_the_envs_random_play():
     df = runs_df({"a": 0.55, "b": 0.5}, val_size=512)  # Bandit: random play succeeds half the time
     row = analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"})
     assert row.status == analysis.INCONCLUSIVE
+    assert row.reason == (  # on how many states: notebook 00's table of Bandit is on 256
+        "floor: neither arm (0.55, 0.5) above random play (0.5) on bandit (its first 512 validation "
+        "states) by more than the MDE 0.1"
+    )
+    df.loc[df["arm"] == "b", "cfg.train.val_size"] = 256  # each arm's floor on its own states
     assert (
-        row.reason
-        == "floor: neither arm (0.55, 0.5) above random play (0.5) on bandit by more than the MDE 0.1"
+        "random play (0.5) on bandit (its first a 512, b 256 validation states) by"
+        in analysis.judge(df, claim, {"arm": "a"}, {"arm": "b"}).reason
     )
     # the same numbers on a task whose floor is 0 are judged: 5 seeds' 512 states resolve 0.05
     row = analysis.judge(df, LATE, {"arm": "a"}, {"arm": "b"}, floor_ceiling=UNIT)
@@ -1766,9 +1771,7 @@ def test_above_chance_compares_arms_with_different_budgets_on_what_training_adde
     df = pd.concat(
         [arm(5, lambda seed, step: 0.40 + 0.01 * seed), arm(1, lambda seed, step: 0.225 + 0.01 * seed)]
     )
-    (chance_5, _), (chance_1, _) = (
-        analysis.arm_reference(df[df["arm"] == a], "sokoban") for a in ("k5", "k1")
-    )
+    chance_5, chance_1 = (analysis.arm_reference(df[df["arm"] == a], "sokoban").floor for a in ("k5", "k1"))
     raw = analysis.Claim("t3", "5 beats 1", "val/success", 0.1, env="sokoban")
     row = analysis.judge(df, raw, {"arm": "k5"}, {"arm": "k1"})
     assert row.status == analysis.REPRODUCED and row.effect == pytest.approx(0.175)
@@ -2259,7 +2262,10 @@ def test_an_arm_just_under_random_play_has_not_sunk_and_each_arm_has_its_own_flo
         k: analysis.arm_reference(pd.DataFrame([{**v, "cfg.train.val_size": 128}]), "sokoban")
         for k, v in limits.items()
     }
-    assert analysis.arm_reference(both, "sokoban") == (one["b"][0], one["a"][1])
+    assert analysis.arm_reference(both, "sokoban") == (one["b"].floor, one["a"].ceiling, (128,))
+    # the states they were measured on, each count once: a verdict's reason names them
+    more = pd.DataFrame([{**limits["a"], "cfg.train.val_size": n} for n in (128, 512, 32)])
+    assert analysis.arm_reference(more, "sokoban").states == (64, 128, 512)  # 32 is raised to 64
 
 
 def test_the_arm_with_fewer_seeds_sets_the_power():

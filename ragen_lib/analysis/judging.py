@@ -394,7 +394,7 @@ def judge(
     # what random play and the expert reach.
     fa = arm_reference(A, claim.env) if floor_ceiling == "env" else floor_ceiling
     fb = arm_reference(B, claim.env) if floor_ceiling == "env" and b is not None else fa
-    fc_name = claim.env or "this task"
+    fc_name = _reference_where(claim.env or "this task", fa, fb)
     never_learned = ""
     if claim.score == "collapse" and fa is not None:
         floors = (fa[0], fb[0])
@@ -649,6 +649,17 @@ def _recorded(part: pd.DataFrame, column: str) -> list[str]:
             for x in part[column]
         }
     )
+
+
+def _reference_where(env: str, fa, fb) -> str:
+    """`env`, and the validation states its floor and ceiling were measured on where they say so
+    (`arm_reference`'s `Reference`; a tuple given by hand does not): "sokoban (its first 128
+    validation states)", or "(... a 128, b 512 ...)" where the arms' differ."""
+    states = [", ".join(map(str, getattr(f, "states", ()))) for f in (fa, fb)]
+    if not all(states):
+        return env
+    n = states[0] if states[0] == states[1] else f"a {states[0]}, b {states[1]}"
+    return f"{env} (its first {n} validation states)"
 
 
 def _drop_never_learned(

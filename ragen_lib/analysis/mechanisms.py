@@ -10,6 +10,7 @@ judged against.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -433,7 +434,17 @@ LIMITS = ("cfg.rollout.max_turns", "cfg.rollout.max_actions_per_turn", "cfg.roll
 ENV_KWARGS = "cfg.env.kwargs."
 
 
-def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | None:
+class Reference(NamedTuple):
+    """An arm's floor and ceiling (`arm_reference`), with the validation states they were measured
+    on: a verdict's "random play (0.2)" then says on how many, where notebook 00's table of the same
+    env, on its 256 states and at the default budget, may read 0.18."""
+
+    floor: float
+    ceiling: float
+    states: tuple[int, ...] = ()  # the distinct counts, where its runs were validated on several
+
+
+def arm_reference(part: pd.DataFrame, env: str | None) -> Reference | None:
     """(floor, ceiling) of `env`'s success for one arm's runs: within the action budget they played
     under (their `rollout.*` limits, the env's defaults where unset: 5 actions a turn over 5 turns is
     a 25-action budget, whose random play succeeds more often than at the default 10) and on the
@@ -450,7 +461,7 @@ def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | 
     kw_cols = sorted(c for c in part if c.startswith(ENV_KWARGS))
     cols = [c for c in (*LIMITS, "cfg.train.val_size", "cfg.env.name", *kw_cols) if c in part]
     combos = part[cols].drop_duplicates() if cols and len(part) else pd.DataFrame([{}])
-    refs = set()
+    refs, states = set(), set()
     for _, r in combos.iterrows():
         # a run's env.kwargs build its own env only (trainer._validation: not an extra one)
         own = r.get("cfg.env.name", env) == env
@@ -459,7 +470,8 @@ def arm_reference(part: pd.DataFrame, env: str | None) -> tuple[float, float] | 
         limits = envs.env_class(env).limits(**given)
         n = max(_int_or_none(r.get("cfg.train.val_size")) or 0, MIN_REFERENCE_STATES)
         refs.add(reference(env, n=n, actions=limits.actions, env_kwargs=kwargs))
-    return max(f for f, _ in refs), min(c for _, c in refs)
+        states.add(n)
+    return Reference(max(f for f, _ in refs), min(c for _, c in refs), tuple(sorted(states)))
 
 
 def _env_kwargs(env: str, flat: dict) -> tuple:
