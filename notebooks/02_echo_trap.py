@@ -20,7 +20,8 @@
 # initial intention is to pick arm Dragon", after about 150 steps on Bandit) and success falls.
 # Before the fall, the in-group reward std and the policy's entropy drop (early warnings); a reward
 # plateau and gradient-norm spikes confirm it. The one lead the paper puts numbers on is FrozenLake
-# PPO's: the reward std drops at step 40, success collapses at 90 (a lead of about 50 steps).
+# PPO's: the in-group reward std drops at step 40, the mean reward collapses at 90 (a lead of about
+# 50 steps; success collapses with it, and the rows below judge success).
 
 # %% tags=["parameters"]
 profile = None  # smoke | quick | paper; None: $RAGEN_PROFILE, else quick with CUDA, else smoke
@@ -34,7 +35,7 @@ overrides = {}  # dotted config overrides applied to every run
 # 0.5, each drop beyond 4 standard errors of the episodes' noise; censored at the horizon). An
 # indicator "drops" where its 5-step moving average falls below half that average's maximum over the
 # first third of the run and stays there for 5 steps (`analysis.drop_step`: smoothed and held as the
-# collapse is, since one step's reward std is noisy); its lead is collapse − drop (0 when it never
+# collapse is, since one step's in-group reward std is noisy); its lead is collapse − drop (0 when it never
 # dropped; a run whose indicator cannot be read, not logged or flat at 0 early, is left out, named).
 # One row per run and indicator (in-group reward std; entropy as RAGEN logs it, over the loss mask,
 # which with the paper's mask averages the prompt and observations too; and, secondary, the entropy
@@ -69,9 +70,10 @@ INDICATORS = {
     "policy/entropy_response": "sampled-token entropy",  # the model's own tokens alone (secondary)
 }
 # What the paper reports (Findings 2-3, Fig. 6), printed beside each row's numbers
-EARLY_WARNING = "Finding 3: reward std and entropy drop before reward degrades (no step given)"
+EARLY_WARNING = "Finding 3: in-group reward std and entropy drop before reward degrades (no step given)"
 PAPER_LEAD = {
-    "frozenlake/starpo-ppo std": "Fig. 6: FrozenLake PPO's reward std drops at step 40, its mean at 90",
+    "frozenlake/starpo-ppo std": "Fig. 6: FrozenLake PPO's in-group reward std drops at step 40, its mean "
+    "reward collapses at 90",
     "bandit/starpo-ppo std": EARLY_WARNING,
     "bandit/starpo-ppo entropy": EARLY_WARNING,
 }

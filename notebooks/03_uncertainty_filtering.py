@@ -40,7 +40,7 @@ overrides = {}  # dotted config overrides applied to every run
 # floor): each filter vs keep-all pair, and top 25% vs the reference, by its collapse step (01's
 # definition, on training success, censored at the horizon), MDE 10 steps on Bandit, 5 elsewhere,
 # as 01's rows.
-# INCONCLUSIVE when the filter kept every episode, or chose by reward std on under half the steps of
+# INCONCLUSIVE when the filter kept every episode, or chose by in-group reward std on under half the steps of
 # every stretch from the start of 10 steps or more (tied groups leave top-k to the order; an arm that
 # converged or collapsed ties from then on, and had chosen until then), when both arms sit at the
 # env's floor or ceiling, when no run collapsed, or when the study is under-powered. Headline: the
@@ -148,7 +148,7 @@ figures.append(plots.save(bar, results, f"{finding}_final"))
 
 # %%
 verdict = analysis.decide(
-    df, "keeping the top 25–50% of groups by reward std beats keeping all", STUDIES, PRIMARY
+    df, "keeping the top 25–50% of groups by in-group reward std beats keeping all", STUDIES, PRIMARY
 )
 verdict.figures = figures
 verdict_file = verdict.write(results, df.attrs["wall_s"])

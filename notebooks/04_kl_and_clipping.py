@@ -32,7 +32,8 @@ overrides = {}  # dotted config overrides applied to every run
 # the (a) and (b) ablations also by their peak validation success (the paper's "higher peak").
 # Rows: (a) no KL beats KL 0.001, at ε_high 0.2 and at 0.28 (Sokoban PPO; INCONCLUSIVE when the
 # KL arm's KL reward, 0.001 × the summed per-token KL of an episode, stayed under 1% of the
-# rewards' spread: too small to move a return, so removing it cannot act); (b) ε_high 0.28 beats
+# rewards' spread over all episodes, reward/std: too small to move a return, so removing it cannot
+# act); (b) ε_high 0.28 beats
 # 0.2, at KL 0.001 and at 0 (INCONCLUSIVE when ε_high 0.2's upper bound clipped under 1% of tokens,
 # the only ones 0.28 lets through, or one optimizer step per batch left the ratio at 1: clip-higher
 # cannot act); (c) StarPO-S beats vanilla StarPO-PPO on Bandit, Sokoban and FrozenLake. Secondary

@@ -49,12 +49,14 @@ class RolloutConfig:
     """How episodes are played out. None means "the env's own default" (RAGEN's settings)."""
 
     max_turns: int | None = None
-    """Model responses per episode. RAGEN: 5 (Bandit: 1)."""
+    """Model responses per episode. RAGEN (`agent_proxy.max_turn`): 5 (Bandit: 1)."""
     max_actions_per_turn: int | None = None
-    """Actions parsed from one answer (split on `||`). RAGEN: 5 (Bandit: 1). Ours: the env's; WebShop-lite
-    takes 1, as the A*-PO report's env does (RAGEN's real WebShop: 5; docs/FIDELITY.md E15)."""
+    """Actions parsed from one answer (split on `||`). RAGEN (`agent_proxy.max_actions_per_turn`): 5
+    (Bandit: 1). Ours: the env's; WebShop-lite takes 1, as the A*-PO report's env does (RAGEN's
+    real WebShop: 5; docs/FIDELITY.md E15)."""
     max_actions_per_episode: int | None = None
-    """Actions per trajectory. RAGEN: 10 for Sokoban and FrozenLake."""
+    """Actions per trajectory. RAGEN (`custom_envs.<env>.max_actions_per_traj`): 10 for Sokoban and
+    FrozenLake."""
     max_new_tokens: int | None = None
     """New tokens per turn. None: the env's (RAGEN: 400; Bandit 500)."""
     temperature: float = 1.0
@@ -292,10 +294,11 @@ class AlgoConfig:
     """Entropy bonus over the loss-mask tokens (`loss_mask`: with "paper", observations too, as
     RAGEN's paper runs)."""
     filter_keep: float | None = None
-    """Uncertainty filter: fraction of groups kept by the std of their raw rewards (StarPO-S: 0.25).
-    None: the preset's."""
+    """Uncertainty filter: fraction of groups kept by the std of their raw rewards (StarPO-S: 0.25;
+    RAGEN: `actor_rollout_ref.rollout.rollout_filter_ratio`). None: the preset's."""
     filter_mode: str = "top"
-    """top (highest std, StarPO-S) | bottom | random (the controls)."""
+    """top (highest std, StarPO-S; RAGEN's `rollout_filter_type: std`) | bottom (its `std_rev`) |
+    random (ours: a control)."""
     reasoning_lambda: float = 0.0
     """Weight of the reasoning–action consistency bonus: A = z(env) + λ·z(reasoning) (report: 0.4)."""
     apo_beta1: float = 0.5
@@ -434,11 +437,12 @@ ALGO_PRESETS: dict[str, dict] = {
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 200
-    """Rollout–update iterations (RAGEN: 200)."""
+    """Updates (RAGEN: `trainer.total_training_steps`, 200): a rollout feeds online_k of them."""
     groups: int = 8
-    """P: initial states per step (a group shares its seed)."""
+    """P: initial states per step (a group shares its seed; RAGEN: `es_manager.train.env_groups`)."""
     group_size: int = 16
-    """N: rollouts per initial state. A*-PO uses one sample per state in stage 2."""
+    """N: rollouts per initial state (RAGEN: `es_manager.train.group_size`). A*-PO uses one sample per
+    state in stage 2."""
     mini_batch_size: int = 32
     """Episodes per optimizer step (RAGEN: 32, counted after the filter, so vanilla StarPO's 128
     episodes take 4 steps and StarPO-S's 32 kept ones take 1)."""
@@ -484,7 +488,8 @@ class TrainConfig:
     """Write full trajectories to samples.jsonl every k updates, as val_every counts (the echo-trap
     tables)."""
     samples_per_step: int = 4
-    """Trajectories written to samples.jsonl at each `samples_every` step."""
+    """Trajectories written to samples.jsonl at each `samples_every` step (transcripts to read, not
+    N: that is `group_size`)."""
     warmup: str = "none"
     """Format warm-up before RL: none | self (rejection-sample own valid answers) | expert (BC on the
     env's scripted expert) | format (BC on well-formed answers with uniformly random valid actions:

@@ -91,15 +91,16 @@ METRICS: dict[str, Metric] = {
     "rollout/kept": Metric("episodes kept", "episodes the uncertainty filter kept for the update"),
     "reward/mean": Metric("reward (per trajectory)", "mean trajectory reward (env rewards + format terms)"),
     "reward/std": Metric(
-        "reward std",
+        "reward std (all episodes)",  # not the paper's "reward std", which is reward/group_std
         "population std of the trajectory rewards, over all episodes (within and between groups)",
     ),
     "reward/group_std": Metric(
-        "group reward std",
-        "mean over groups of the std of their raw rewards, before the filter: RAGEN's rollout/in_group_std, "
-        "the paper's reward std (docs/FIDELITY.md D8)",
+        "in-group reward std",
+        "mean over groups of the std of their raw rewards, before the filter: the paper's reward std, "
+        "RAGEN's rollout/in_group_std for PPO (for GRPO RAGEN logs the std of normalised scores, about "
+        "1 − reward/frac_zero_std: docs/FIDELITY.md D8); 0 under A*-PO, one sample a state",
     ),
-    "reward/group_std_kept": Metric("group reward std (kept)", "the same over the groups the filter kept"),
+    "reward/group_std_kept": Metric("in-group reward std (kept)", "the same over the groups the filter kept"),
     "reward/frac_zero_std": Metric("groups with zero std", "fraction of groups whose rewards are all equal"),
     "reward/kl_penalty": Metric(
         "KL reward size",
@@ -107,15 +108,20 @@ METRICS: dict[str, Metric] = {
         "trained episodes: the most the KL reward (algo.kl_in_reward) moves any return of an "
         "episode, to set beside reward/std; NaN when no KL reward runs",
     ),
-    "policy/entropy": Metric("entropy (nats/token)", "mean per-token entropy of the policy on the loss mask"),
+    "policy/entropy": Metric(
+        "entropy (nats/token)",
+        "mean per-token entropy of the policy on the loss mask of the kept episodes (a filter's "
+        "selection moves it too)",
+    ),
     "policy/entropy_response": Metric(
         "entropy (sampled tokens)",
-        "the same over the tokens the model sampled alone: with the paper's loss mask, policy/entropy "
+        "the same over the tokens the model sampled alone, of the kept episodes: with the paper's loss "
+        "mask, policy/entropy "
         "also averages the prompt and observations (RAGEN's, D2)",
     ),
     "policy/kl_ref": Metric(
         "KL to reference (k1 est.)",  # k1 goes negative: a reader took it for a bug
-        "k1 estimate of KL(π ‖ π_ref) on the loss mask, before the update "
+        "k1 estimate of KL(π ‖ π_ref) on the loss mask of the kept episodes, before the update "
         "(NaN when train.log_kl_ref is off and no KL term runs)",
     ),
     "policy/grad_norm": Metric(
@@ -155,8 +161,8 @@ METRICS: dict[str, Metric] = {
     ),
     "critic/explained_var": Metric(
         "explained variance",
-        "1 − Var(R − V)/Var(R) of the critic on the loss mask (NaN without a critic, or when the "
-        "returns are one number up to float32 rounding: every kept episode got the same reward)",
+        "1 − Var(R − V)/Var(R) of the critic on the kept episodes' loss mask (NaN without a critic, or "
+        "when the returns are one number up to float32 rounding: every kept episode got the same reward)",
     ),
     "critic/skipped_steps": Metric(
         "skipped critic steps", "critic optimizer steps skipped for a non-finite gradient, since the start"
@@ -170,7 +176,7 @@ METRICS: dict[str, Metric] = {
         "reasoning tokens", "tokens of the parsed <think> text per turn whose tags matched (NaN: none did)"
     ),
     "reasoning/matched": Metric(
-        "think tags matched",
+        "format tags matched",  # <think> and <answer>, or <answer> alone with thinking off
         "share of the turns whose format tags matched (the turns reasoning/length measures)",
     ),
     "reasoning/distinct2": Metric(
@@ -202,9 +208,13 @@ METRICS: dict[str, Metric] = {
     ),
     "throughput/gen_tokens_per_s": Metric("generated tokens/s", "generated tokens / rollout seconds"),
     "throughput/train_tokens_per_s": Metric(
-        "trained tokens/s", "tokens forwarded with gradients / update seconds"
+        "trained tokens/s", "tokens forwarded with gradients (every attention-mask token) / update seconds"
     ),
-    "memory/peak_gb": Metric("peak GB", "peak CUDA memory of the step (NaN on CPU)"),
+    "memory/peak_gb": Metric(
+        "peak GB",
+        "peak CUDA memory of the step's V* refresh, rollout and update (NaN on CPU): not its validation, "
+        "nor A*-PO's stage 1 at setup",
+    ),
     "val/success": Metric(
         "success (val)", "success on the fixed validation states at val_temperature", VAL_WHEN
     ),
@@ -237,7 +247,12 @@ METRICS: dict[str, Metric] = {
     "warmup/distinct2_after": Metric(
         "distinct-2 after warm-up", "the same after the warm-up", "step 0 with a warm-up"
     ),
-    "warmup/examples": Metric("warm-up examples", "examples the warm-up trained on", "step 0 with a warm-up"),
+    "warmup/examples": Metric(
+        "warm-up examples",
+        "the warm-up's examples: the expert or format dataset's rows, which its mini-batches draw "
+        "from, or the self warm-up's valid first turns",
+        "step 0 with a warm-up",
+    ),
 }
 #: The update's statistics, one value per mini-batch (the micro-batches' weighted shares summed over
 #: micro-batches and ranks, as the loss is; the grad norm: per optimizer step), averaged per step
