@@ -32,7 +32,9 @@ overrides = {}  # dotted config overrides applied to every run
 # paired by seed. Rows: on Bandit, StarPO-PPO with the top-25% filter vs keep-all (the paper's
 # Bandit filter point, isolated on vanilla PPO; the quick profile's judged study); per env
 # (Sokoban, FrozenLake) top 25% and top 50% vs keep 100%, and top 25% vs the lowest-std and random
-# 25% controls. MDE 0.1. Secondary: top 25% vs RAGEN's reference, vanilla StarPO-PPO (KL 0.001,
+# 25% controls, every one of them StarPO-S (KL 0, clip-higher 0.28, as RAGEN's Section 4.1 runs):
+# "top 100%" is StarPO-S without its filter, where Bandit's "PPO top 100%" is vanilla StarPO-PPO.
+# MDE 0.1. Secondary: top 25% vs RAGEN's reference, vanilla StarPO-PPO (KL 0.001,
 # clip 0.2, no filter), the comparison behind the paper's numbers (Sokoban PPO ≈0.13 → 0 against
 # ≈0.21 filtered): it changes KL and clip-higher with the filter, so keep 100% isolates the filter
 # and this row reads the paper's own contrast. Secondary too, the paper's "delays the collapse"
@@ -40,9 +42,9 @@ overrides = {}  # dotted config overrides applied to every run
 # floor): each filter vs keep-all pair, and top 25% vs the reference, by its collapse step (01's
 # definition, on training success, censored at the horizon), MDE 10 steps on Bandit, 5 elsewhere,
 # as 01's rows.
-# INCONCLUSIVE when the filter kept every episode, or chose by in-group reward std on under half the steps of
-# every stretch from the start of 10 steps or more (tied groups leave top-k to the order; an arm that
-# converged or collapsed ties from then on, and had chosen until then), when both arms sit at the
+# INCONCLUSIVE when the filter kept every episode, or chose by in-group reward std on under half the
+# steps of every stretch from the start of 10 steps or more (tied groups leave top-k to the order; an
+# arm that converged or collapsed ties from then on, and had chosen until then), when both arms sit at the
 # env's floor or ceiling, when no run collapsed, or when the study is under-powered. Headline: the
 # Bandit row and the two top-25%-vs-all rows.
 
