@@ -135,12 +135,13 @@ def repair_command(path) -> str:
 
 def _line_row(line: bytes) -> dict | None:
     """A metrics or samples line as its row, or None where it is not one (not JSON, not UTF-8 at
-    all, or no integer step)."""
+    all, or no integer step: `true` is no step, though Python counts a bool as an int)."""
     try:
         row = json.loads(line)
     except ValueError:
         return None
-    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+    step = row.get("step") if isinstance(row, dict) else None
+    return row if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def read_state(path: Path) -> dict:

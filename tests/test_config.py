@@ -480,3 +480,33 @@ def test_apo_sums_its_log_ratio_over_the_answer_tokens_only():
     with pytest.raises(ValueError, match="loss_mask=paper: A.*Set algo.loss_mask=response"):
         from_dict({"algo": {"name": "apo", "loss_mask": "paper"}})
     assert from_dict({"algo": {"name": "apo"}}).algo.loss_mask == "response"
+
+
+# --- pinned by mutation testing: the ends of ranges and cross-field limits ---------------------------
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # filter_keep is (0, 1]: keeping no group trains on nothing
+        (["algo.filter_keep=0"], "algo.filter_keep must be in (0, 1], got 0.0"),
+        (["algo.filter_keep=1"], None),
+        # a turn's token budget equal to the whole context leaves no room for the prompt (>=, not >)
+        (
+            ["rollout.max_new_tokens=512", "rollout.max_context_tokens=512"],
+            "rollout.max_new_tokens=512 leaves no room for the prompt",
+        ),
+        (["rollout.max_new_tokens=511", "rollout.max_context_tokens=512"], None),
+        # the same with the env's default budget (Bandit: 500 new tokens a turn)
+        (["rollout.max_context_tokens=500"], "bandit's default of 500 new tokens a turn"),
+        (["rollout.max_context_tokens=501"], None),
+        # A*-PO's pool may hold exactly the groups × group_size = 8 × 16 = 128 states one step draws
+        (["algo.name=apo", "algo.apo_prompt_pool=128"], None),
+        (["algo.name=apo", "algo.apo_prompt_pool=127"], "from a pool of algo.apo_prompt_pool=127; raise it"),
+    ],
+)
+def test_each_limit_is_refused_at_its_end_and_the_value_beside_it_loads(overrides, message):
+    if message is None:
+        from_dict({}, overrides)
+        return
+    with pytest.raises(ValueError) as e:
+        from_dict({}, overrides)
+    assert message in str(e.value)

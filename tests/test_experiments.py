@@ -1311,3 +1311,59 @@ def test_the_plan_says_when_a_real_models_runs_would_train_on_a_cpu(monkeypatch)
     assert re.search(r"note: no CUDA GPU here: these 120 steps of \S+ would train on the CPU", text), text
     smoke = experiments.format_plan(experiments.plan("smoke", names=["02_echo_trap"]))
     assert "no CUDA GPU" not in smoke  # the tiny model is meant for the CPU
+
+
+# --- pinned by mutation testing ------------------------------------------------------------------
+def test_a_notebooks_parameters_name_one_results_folder_whatever_their_order(monkeypatch, tmp_path):
+    """The same parameters given in another order (papermill's JSON keeps the caller's) are the same
+    variant: one folder, its readable part sorted, then a hash of the sorted parameters. Two sets
+    that read alike once the name is cut to 60 characters still get two folders (the hash)."""
+    monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path))
+    one = {"seeds": [0, 1], "overrides": {"train.steps": 5, "algo.kl_coef": 0.0}}
+    other = {"overrides": {"algo.kl_coef": 0.0, "train.steps": 5}, "seeds": [0, 1]}
+    folder = experiments.results_root("smoke", one)
+    assert experiments.results_root("smoke", other) == folder
+    assert folder.parent == tmp_path / "smoke" / "variants"
+    assert folder.name.startswith("algo.kl_coef=0.0_train.steps=5_seeds=-0-1-")
+    long = {"algo.clip_high": 0.28, "train.actor_lr": 1e-06, "train.critic_lr": 1e-05}
+    a = experiments.results_root("smoke", {"overrides": {**long, "train.weight_decay": 0.01}})
+    b = experiments.results_root("smoke", {"overrides": {**long, "train.weight_decay": 0.02}})
+    readable = "algo.clip_high=0.28_train.actor_lr=1e-06_train.critic_lr=1e-"  # cut at 60 characters
+    assert a != b and a.name.startswith(readable + "-") and b.name.startswith(readable + "-")
+
+
+def test_a_misspelt_profile_key_is_refused_not_left_at_its_default(tmp_path):
+    """`seed: [0, 1, 2]` for `seeds` ran the profile on the default seed 0 alone, without a word."""
+    path = tmp_path / "profiles.yaml"
+    path.write_text("smoke:\n  seed: [0, 1, 2]\n")
+    with pytest.raises(ValueError, match=r"profile 'smoke' has unknown key\(s\) \['seed'\]; valid: seeds"):
+        experiments.load_profile("smoke", path)
+    path.write_text("smoke:\n  seeds: [0, 1, 2]\n")
+    assert experiments.load_profile("smoke", path)["seeds"] == [0, 1, 2]
+
+
+def test_a_run_folder_that_is_there_but_not_finished_is_still_missing(tmp_path):
+    """`missing_runs` asks whether the run stands finished (`runs.stands`), not whether its folder
+    exists: a run stopped at step 1 of 3 is not trained, and its arm must say so."""
+    unfinished, finished = seeds(0, 1)
+    run = Run(runs.run_dir(tmp_path, "f", unfinished), unfinished)
+    run.log(0, {"a": 0})
+    run.close()
+    with Run(runs.run_dir(tmp_path, "f", finished), finished) as run:
+        for s in range(3):
+            run.log(s, {"a": s})
+        run.mark_done()
+    pairs = [(unfinished, {"study": "x"}), (finished, {"study": "x"})]
+    missing = experiments.missing_runs(tmp_path, "f", pairs)
+    assert [m["run_id"] for m in missing] == [runs.run_dir(tmp_path, "f", unfinished).name]
+    assert missing[0]["study"] == "x" and missing[0]["cfg.train.seed"] == 0
+
+
+def test_two_grid_points_with_one_config_and_one_label_set_give_its_rows_once(tmp_path):
+    """Grid points the profile's cap shrinks onto one P × N can be one config with the same labels:
+    the run's label set is listed once, or `label_rows` repeats every row of it (a run counted twice)."""
+    (cfg,) = seeds(0)
+    pairs = [(cfg, {"study": "a"}), (cfg, {"study": "a"}), (cfg, {"study": "b"})]
+    assert experiments.grid_labels(tmp_path, "f", pairs) == {
+        runs.run_dir(tmp_path, "f", cfg).name: [{"study": "a"}, {"study": "b"}]
+    }

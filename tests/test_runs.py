@@ -1319,3 +1319,184 @@ def test_a_relative_ragen_outputs_is_the_checkouts_wherever_the_process_runs(tmp
     assert runs.output_root("smoke") == root / "myruns" / "smoke"
     monkeypatch.setenv("RAGEN_OUTPUTS", str(tmp_path / "abs"))
     assert runs.output_root("smoke") == tmp_path / "abs" / "smoke"
+
+
+# --- pinned by mutation testing: slips the tests above let through ---------------------------------
+def test_a_done_without_a_config_hash_stands_and_its_step_count_is_still_checked(tmp_path):
+    """A DONE written before the config hash was recorded stands (read as this run's: a whole store
+    would otherwise train again), but a step count it records is still compared with the config's.
+    Pins `info.get("config_hash", our_hash)` and the `steps` check behind it."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done()
+    run.close()
+    info = json.loads((run.path / "DONE").read_text())
+    del info["config_hash"]
+    (run.path / "DONE").write_text(json.dumps(info))
+    assert Run(run.path).problems() == []
+    (run.path / "DONE").write_text(json.dumps({**info, "steps": 99}))
+    assert Run(run.path).problems() == [f"{run.path / 'DONE'} records 99 steps, not this run's 12"]
+
+
+def test_a_finished_run_whose_metrics_repeat_a_step_in_place_of_another_is_not_finished(tmp_path):
+    """Twelve lines are not twelve steps: 0-10 then 10 again (step 11 lost) is as short as 0-10.
+    Pins the exact `steps != schedule` comparison (a count of lines passed it as finished)."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done()
+    run.close()
+    m = run.path / "metrics.jsonl"
+    lines = m.read_text().splitlines(keepends=True)
+    m.write_text("".join(lines[:11] + [lines[10]]))
+    assert Run(run.path).problems() == [f"{m} holds steps 0-10, 10, not steps 0-11"]
+    with pytest.warns(RunStoreWarning, match="marked finished but"):
+        assert not runs.load(tmp_path, "f")["done"].any()
+
+
+def test_mark_done_refuses_metrics_that_end_in_an_incomplete_line(tmp_path):
+    """Every step logged, then a torn line (a write cut short): no DONE over it, which `problems`
+    would then call inconsistent. Pins the `tail or` of mark_done's check."""
+    run = trained(tmp_path / "r", 11)
+    with open(run.path / "metrics.jsonl", "ab") as f:
+        f.write(b'{"step": 12, "a"')
+    with pytest.raises(CorruptRunError, match="holds steps 0-11 and an incomplete last line, not 0-11"):
+        run.mark_done()
+    assert not run.done
+
+
+@pytest.mark.parametrize("killed", ["DONE", "final weights"])
+def test_a_kill_while_a_run_is_marked_done_leaves_it_resumable(tmp_path, monkeypatch, kill_at_rename, killed):
+    """Killed as DONE or the final weights are put in place: no DONE, and the newest checkpoint is
+    still there to resume from (mark_done writes the weights, then DONE, then drops ckpt/). Pins that
+    order: ckpt/ dropped before DONE lost the run to a kill; DONE before the weights left a finished
+    run without them."""
+    run = trained(tmp_path / "r", 11)  # checkpoints every 3 steps: the newest at step 11
+    kill_at_rename("" if killed == "DONE" else ".pt")  # DONE is the one file without a suffix
+    with pytest.raises(KeyboardInterrupt):
+        run.mark_done(final_weights={"policy": {"w": torch.zeros(2)}})
+    monkeypatch.undo()
+    assert not run.done and (run.path / "ckpt" / "step_000011.pt").exists()
+    run.mark_done(final_weights={"policy": {"w": torch.zeros(2)}})
+    assert run.done and (run.path / "final_weights.pt").exists() and not (run.path / "ckpt").exists()
+
+
+def test_a_checkpoint_is_checked_against_the_run_and_its_own_name(tmp_path):
+    """A checkpoint named for step 12 of a 12-step run (steps 0-11) is past its end (`>=`, not `>`),
+    and one whose recorded step is not its name's is refused."""
+    run = trained(tmp_path / "r", 5)
+    files.save_state(run.path / "ckpt" / "step_000012.pt", {**run._identity(12), "metrics": ""})
+    with pytest.raises(CorruptRunError, match="step_000012.pt is at step 12, past this run's last step 11"):
+        run.load_checkpoint()
+    (run.path / "ckpt" / "step_000012.pt").unlink()
+    files.save_state(run.path / "ckpt" / "step_000009.pt", {**run._identity(5), "metrics": ""})
+    with pytest.raises(CorruptRunError, match="step_000009.pt holds step 5, not 9"):
+        run.load_checkpoint()
+
+
+def test_resume_restores_a_metrics_line_whose_value_changed_since_the_checkpoint(tmp_path):
+    """The steps 0-5 are all there but step 3's value is not the one checkpointed (another writer,
+    a hand edit): resume restores the checkpoint's copy byte for byte. Pins the byte comparison."""
+    run = trained(tmp_path / "r", 7)  # checkpoint at 5
+    run.close()
+    m = run.path / "metrics.jsonl"
+    m.write_text(m.read_text().replace('{"step": 3, "a": 3}', '{"step": 3, "a": 30}'))
+    with Run(run.path, CFG) as again:
+        with pytest.warns(RunStoreWarning, match="differs from the checkpoint's copy; restored steps 0-5"):
+            assert again.resume()[0] == 5
+        assert [r["a"] for r in again.metrics()] == list(range(6))
+
+
+def test_resume_keeps_the_newest_of_two_checkpoints_a_crash_left(tmp_path):
+    """A crash between writing checkpoint 5 and removing checkpoint 2 leaves both: resume goes on
+    from 5 and removes 2 (slicing `[1:]` instead of `[:-1]` removed the newest)."""
+    run = trained(tmp_path / "r", 2)  # checkpoint at 2
+    older = (run.path / "ckpt" / "step_000002.pt").read_bytes()
+    for s in range(3, 6):
+        run.log(s, {"a": s})
+    run.save_checkpoint(5, {"w": torch.zeros(3)})
+    (run.path / "ckpt" / "step_000002.pt").write_bytes(older)
+    run.close()
+    with Run(run.path, CFG) as again:
+        assert again.resume()[0] == 5
+        assert [p.name for p in (run.path / "ckpt").iterdir()] == ["step_000005.pt"]
+
+
+def test_the_handle_that_logged_resumes_and_logs_on_after_the_trim(tmp_path):
+    """resume trims steps 6-7 on the handle that logged them: its cached last step must go with
+    them, or the next step 6 is refused as already logged."""
+    run = trained(tmp_path / "r", 7)  # checkpoint at 5, this handle logged up to 7
+    assert run.resume()[0] == 5
+    run.log(6, {"a": 6})
+    assert steps_of(run) == list(range(7))
+
+
+def test_resume_of_a_finished_run_is_refused_and_leaves_its_metrics(tmp_path):
+    """A finished run has no checkpoint: resumed, its metrics would read as steps logged without
+    one and go to quarantine, the run trained again."""
+    run = trained(tmp_path / "r", 11)
+    run.mark_done()
+    before = (run.path / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="is finished \\(DONE\\): nothing to resume"):
+        run.resume()
+    assert (run.path / "metrics.jsonl").read_bytes() == before and not (run.path / "quarantine").exists()
+
+
+def test_a_done_that_does_not_read_stops_the_grid_rather_than_training_over_it(tmp_path):
+    """`stands` of a run whose DONE does not read is True: the grid and the CLI stop on it and name
+    the repair (a copy cut short keeps every metric; repair rebuilds DONE from them). Pins the
+    `(path / DONE).exists()` fallback: False read it as never trained (`missing_runs` too)."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done()
+    run.close()
+    (run.path / "DONE").write_text("garbage")
+    assert runs.stands(run.path, CFG) and runs.stands(run.path, CFG, model=False)
+    assert experiments.missing_runs(tmp_path, "f", [(CFG, {})]) == []
+    (run.path / "DONE").unlink()
+    assert not runs.stands(run.path, CFG)
+
+
+def test_a_copy_into_a_retired_run_puts_done_in_place_last(tmp_path, monkeypatch, kill_at_rename):
+    """adopt_into moves the copied files in one by one, DONE last: killed as the metrics are moved,
+    the run reads unfinished, never finished without its metrics (DONE first did that)."""
+    src = trained(runs.run_dir(tmp_path, "a", CFG), 11)
+    src.mark_done()
+    src.close()
+    with Run(runs.run_dir(tmp_path, "b", CFG), CFG) as run:
+        kill_at_rename(".jsonl")
+        with pytest.raises(KeyboardInterrupt):
+            runs.adopt_into(src.path, run)
+        monkeypatch.undo()
+        assert not run.done and not (run.path / "metrics.jsonl").exists()
+        runs.adopt_into(src.path, run)
+        assert run.done and run.problems() == []
+
+
+def test_a_done_that_is_json_but_not_a_summary_reads_as_unreadable(tmp_path):
+    """DONE holding JSON that is not an object (a list, a number) is no summary: read_done gives
+    None and `problems` says so, rather than `.get` failing on a list in every reader."""
+    run = trained(runs.run_dir(tmp_path, "f", CFG), 11)
+    run.mark_done()
+    run.close()
+    (run.path / "DONE").write_text("[1, 2]")
+    assert runs.read_done(run.path) is None
+    assert Run(run.path).problems() == [f"{run.path / 'DONE'} is not a JSON summary"]
+
+
+def test_taking_the_lock_leaves_the_config_yaml_another_process_is_creating(tmp_path):
+    """config.yaml is written without the lock by the process creating the run: its temporary file
+    is not a dead writer's leftover, so the lock holder must not remove it from under that rename."""
+    run = trained(tmp_path / "r", 2)
+    run.close()
+    (run.path / "config.yaml.123.tmp").write_text("being written")
+    (run.path / "metrics.jsonl.123.tmp").write_text("half")
+    Run(run.path, CFG).lock().close()
+    assert sorted(p.name for p in run.path.rglob("*.tmp")) == ["config.yaml.123.tmp"]
+
+
+@pytest.mark.parametrize("step", ['"3"', "3.0", "null", "true"])
+def test_a_metric_line_whose_step_is_not_an_integer_is_not_a_metric_line(tmp_path, step):
+    """A line that parses but whose step is text, a float, null or a bool (Python's int) is damage,
+    named with its line, rather than a row whose step compares wrongly (or fails: "3" <= 5) in resume."""
+    run = trained(tmp_path / "r", 2)
+    with open(run.path / "metrics.jsonl", "a") as f:
+        f.write(f'{{"step": {step}, "a": 3}}\n')
+    with pytest.raises(CorruptRunError, match=r"metrics.jsonl, line 4, is not a metric line"):
+        Run(run.path).metrics()
