@@ -150,3 +150,22 @@ def test_bad_arguments(kwargs):
 def test_equal_names_message():
     with pytest.raises(ValueError, match="differ"):
         BanditEnv(low_risk_name="Dragon", high_risk_name="Dragon")
+
+
+def test_without_shuffle_the_payout_is_still_ragens_second_draw():
+    # The order draw is made even when the order is kept, so the high arm's payout for a seed is the
+    # same with and without shuffling (pins a `shuffle and random() >= 0.5` that skips the first draw).
+    for seed, pays in enumerate(REFERENCE["bandit_high_arm_pays"]):
+        env = BanditEnv(shuffle=False)
+        env.reset(seed=seed)
+        assert env.actions == ("Phoenix", "Dragon")
+        assert (env.step("Dragon")[1] == 1.0) == pays, seed
+
+
+def test_high_risk_p_may_be_zero_or_one():
+    # [0, 1] both ends included: a never-paying and an always-paying high arm are valid fields.
+    never, always = BanditEnv(high_risk_p=0.0), BanditEnv(high_risk_p=1.0)
+    for seed in range(20):
+        never.reset(seed=seed)
+        always.reset(seed=seed)
+        assert never.step("Dragon")[1] == 0.0 and always.step("Dragon")[1] == 1.0

@@ -460,3 +460,18 @@ def test_an_expert_the_parser_rejects_midway_stops_the_warmup():
         ValueError, match=r"env 'walk': expert_action\(\) returned 'Stay', which parse_action"
     ):
         _plan_turn(ep, np.random.default_rng(0), random_actions=False)
+
+
+# --- base helpers ----------------------------------------------------------------------------------
+def test_whole_refuses_a_bool_and_validation_seeds_are_fixed():
+    from ragen_lib.envs.base import whole
+
+    # True is an int to Python: whole() must not read it as 1 box (pins a dropped bool check).
+    with pytest.raises(ValueError, match="num_boxes must be a whole number, got True"):
+        whole("num_boxes", True)
+    with pytest.raises(ValueError, match="num_boxes must be a whole number"):
+        SokobanEnv(num_boxes=True)
+    assert whole("max_steps", 20.0) == 20 and whole("max_steps", np.int64(3)) == 3
+    # The validation states are 2**31 + i from i = 0, above every training seed (pins a shifted range).
+    assert TextEnv.eval_seeds(3) == [2**31, 2**31 + 1, 2**31 + 2]
+    assert make("frozenlake").eval_seeds(1) == [2147483648]

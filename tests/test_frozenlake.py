@@ -271,3 +271,59 @@ def test_bad_arguments(kwargs, field):
 def test_from_text_rejects_bad_boards(board):
     with pytest.raises(ValueError):
         FrozenLakeEnv.from_text(board)
+
+
+class _Draws:
+    """A stand-in for `np_random` that returns the given uniform draws, one per slippery step."""
+
+    def __init__(self, *draws):
+        self.draws = list(draws)
+
+    def random(self):
+        return self.draws.pop(0)
+
+
+def test_slip_thresholds_follow_a_non_default_slip_prob():
+    # slip_prob=0.4: first perpendicular if u < 0.2, intended if u < 0.2 + 0.6 = 0.8, else the second
+    # one. Right's perpendiculars are Down then Up. Pins `u >= slip_prob` for the upper threshold,
+    # which agrees with the right one only at the default 2/3 (u = 0.5 would slip Up).
+    env = FrozenLakeEnv.from_text("___\n_P_\n__G", slip_prob=0.4)
+    actual = []
+    for u in (0.1, 0.5, 0.9):
+        env._set_state(env.grid, (1, 1))
+        env.np_random = _Draws(u)
+        actual.append(env.step("Right")[4]["actual"])
+    assert actual == ["Down", "Right", "Up"]
+
+
+def test_the_goal_pays_goal_reward():
+    # Pins a hard-coded 1.0 in place of the `goal_reward` field.
+    env = FrozenLakeEnv.from_text("PG\n__", is_slippery=False, goal_reward=2.5)
+    assert env.step("Right")[1:4] == (2.5, True, False)
+
+
+def test_optimal_success_probability_counts_the_steps_left():
+    # One step left on "PG / __" with slips: Right, Down and Up each reach G w.p. 1/3 (see the hand-worked
+    # test above), so the best chance is 1/3, not the larger two-step chance. Pins the horizon off by one
+    # (the plan read one step further) and a horizon that forgets the steps already taken.
+    one_left = FrozenLakeEnv.from_text("PG\n__", max_steps=1)
+    assert one_left.optimal_success_probability() == pytest.approx(1 / 3)
+    env = FrozenLakeEnv.from_text("PG\n__", max_steps=2)
+    env.np_random = _Draws(0.5)  # Left as intended: into the border, a step spent in place
+    env.step("Left")
+    assert env.pos == (0, 0) and env.steps == 1
+    assert env.optimal_success_probability() == pytest.approx(1 / 3)
+    # Without slips the one-move path fits a one-step budget exactly (pins `<` for `<=`).
+    still = FrozenLakeEnv.from_text("PG\n__", is_slippery=False, max_steps=1)
+    assert still.optimal_success_probability() == 1.0
+
+
+def test_the_goal_is_absorbing_and_stays_a_success():
+    # Gymnasium keeps the player on a terminal tile: a step from the goal pays 0, ends, and still reads
+    # success there (RAGEN's info); the chance of success from the goal is 1, slips or not.
+    env = FrozenLakeEnv.from_text("PG\n__", max_steps=2)
+    env.np_random = _Draws(0.5)
+    assert env.step("Right")[1:4] == (1.0, True, False)
+    assert env.optimal_success_probability() == 1.0
+    obs, r, term, trunc, info = env.step("Down")
+    assert (obs, r, term, trunc, info["success"], info["actual"]) == ("_√\n__", 0.0, True, False, True, None)

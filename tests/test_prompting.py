@@ -271,3 +271,40 @@ def test_running_out_of_actions_is_truncation_not_success(line_env):
     ep2 = Episode(LineEnv(), seed=0, cfg=RolloutConfig(max_turns=1))
     ep2.step("a</think><answer>Left</answer>")
     assert ep2.truncated and not ep2.success
+
+
+class _Ends(LineEnv):
+    """LineEnv whose first step ends the episode with the given (terminated, truncated, success)."""
+
+    def __init__(self, terminated, truncated, success):
+        super().__init__()
+        self.end = (terminated, truncated, success)
+
+    def step(self, action):
+        terminated, truncated, success = self.end
+        return self.render(), 0.0, terminated, truncated, {"success": success}
+
+
+def test_an_ended_episode_is_terminated_or_truncated_never_both():
+    # Bandit's one turn ends the episode on its own and uses up the turn budget: terminated, not
+    # truncated (pins a turn-budget check that also marks a terminated episode truncated).
+    ep = Episode(make("bandit"), seed=0)
+    assert ep.step("x</think><answer>Dragon</answer>") is None
+    assert ep.terminated and not ep.truncated and ep.success
+    # An env that reports both: terminated wins (pins `truncated` copied as the env gave it).
+    both = Episode(_Ends(True, True, True), seed=0)
+    both.step("x</think><answer>Right</answer>")
+    assert both.terminated and not both.truncated and both.success
+    # Only a terminated episode is a success, whatever the env's info says (pins success on truncation).
+    cut = Episode(_Ends(False, True, True), seed=0)
+    cut.step("x</think><answer>Right</answer>")
+    assert cut.truncated and not cut.terminated and not cut.success
+
+
+def test_the_prompt_prints_the_episode_budget_even_above_turns_times_per_turn(line_env):
+    # RAGEN prints max_actions_per_traj (10 here) and counts down from it, even where 2 turns x 1
+    # action can only spend 2 (pins Limits.actions, min(10, 2), in its place).
+    ep = Episode(line_env, 0, RolloutConfig(max_turns=2, max_actions_per_turn=1, max_actions_per_episode=10))
+    first = ep.messages[1]["content"]
+    assert "You can make up to 10 actions" in first and "You have 10 actions left" in first
+    assert ep.step("x</think><answer>Right</answer>").count("You have 9 actions left") == 1

@@ -7,7 +7,8 @@ import torch
 from ragen_lib import models
 from ragen_lib.config import RolloutConfig
 from ragen_lib.envs import REGISTRY, make
-from ragen_lib.rollout import Episode, collect
+from ragen_lib.rollout import Episode, _to_batch, _TokenTrack, _user_turn_suffix, collect, consistency_bonus
+from tests.conftest import LineEnv
 
 
 @pytest.fixture(scope="module")
@@ -307,3 +308,59 @@ def test_a_turn_whose_tags_did_not_match_has_no_reasoning_to_measure(tiny, monke
     assert b.reasoning() == [[], ["Push up."]]
     length = reasoning_stats(tok, [t for ep in b.reasoning() for t in ep])["reasoning_length"]
     assert length == len(tok("Push up.")["input_ids"])  # not halved by the turn that did not parse
+
+
+def test_the_next_turn_must_fit_its_answer_too_or_the_episode_ends(tiny):
+    """The cap checks the next prompt plus a whole answer (max_new_tokens): a room that holds the
+    next prompt but not 8 more tokens ends the episode after turn 1 (pins a check that forgets the
+    answer, which let turn 2 write past rollout.max_context_tokens)."""
+    model, tok = tiny
+    big = collect(model, tok, "sokoban", [3], 1, RolloutConfig(max_new_tokens=8, max_turns=2), sample_seed=0)
+    assert big.num_turns[0] == 2
+    mask = big.loss_mask[0].tolist()
+    # where turn 2's answer starts: the ids up to there are the whole turn-2 prompt
+    second_start = [j for j in range(1, len(mask)) if mask[j] and not mask[j - 1]][1]
+    room = second_start + 4  # the turn-2 prompt fits, an 8-token answer does not
+    cfg = RolloutConfig(max_new_tokens=8, max_turns=2, max_context_tokens=room)
+    batch = collect(model, tok, "sokoban", [3], 1, cfg, sample_seed=0)
+    assert batch.num_turns[0] == 1 and batch.truncated[0]
+    assert int(batch.attention_mask[0].sum()) <= room
+
+
+def test_a_template_closed_turn_is_not_closed_twice(tiny):
+    """When the model ended its answer with the template's end token (<|im_end|>), the user turn that
+    follows starts without another one (pins the EOS strip dropped: "<|im_end|><|im_end|>")."""
+    _, tok = tiny
+    chat = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "A"},
+        {"role": "user", "content": "V"},
+    ]
+    after_eos = "\n<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n"
+    assert _user_turn_suffix(tok, chat, ended_with_eos=True) == after_eos
+    assert _user_turn_suffix(tok, chat, ended_with_eos=False) == "<|im_end|>" + after_eos
+
+
+def test_batch_masks_and_the_reward_token_by_hand():
+    """A hand-made track: 6 prompt ids (3 of them the system turn), 2 generated, 1 prompt id after.
+    The paper mask covers positions >= system length + 1 (pins system length + 0); the trajectory
+    reward sits on the last generated token, not the last token (pins `n - 1`)."""
+    ep = Episode(LineEnv(), seed=0)
+    ep.step("no tags")  # format penalty: a nonzero trajectory reward, -0.1
+    assert ep.total_reward == -0.1
+    track = _TokenTrack([11, 12, 13, 14, 15, 16])
+    track.extend([17, 18], generated=True, logp=[-0.5, -0.25])
+    track.extend([19], generated=False)
+    b = _to_batch([ep], [track], [["x"]], group_size=1, pad=0, system_length=3)
+    assert b.loss_mask[0].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 0]
+    assert b.context_mask[0].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert b.token_rewards[0].tolist() == pytest.approx([0] * 7 + [-0.1, 0])  # float32
+    assert b.sample_logprobs[0].tolist() == [0] * 6 + [-0.5, -0.25, 0]
+
+
+def test_the_consistency_bonus_needs_every_word_of_an_action():
+    # "search:red shoe" has the words search, red, shoe; the reasoning says search and shoe only:
+    # not consistent (pins `any` for `all`). The other action, Up, is said: 0.2 * 1 / 2.
+    assert consistency_bonus("I search for a shoe", ["search:red shoe"]) == 0.0
+    assert consistency_bonus("go up, then search for a shoe", ["search:red shoe", "Up"]) == pytest.approx(0.1)

@@ -268,3 +268,100 @@ def test_reward_sum_along_an_expert_solution():
             break
     assert term
     assert sum(rewards) == pytest.approx(-0.1 * len(rewards) + on - off + 10)
+
+
+class _Scripted:
+    """A stand-in for `np_random`: every uniform draw is `u`, every integer draw the top of its range."""
+
+    def __init__(self, u):
+        self.u = u
+
+    def random(self):
+        return self.u
+
+    def integers(self, low, high=None):
+        return (low if high is None else high) - 1
+
+
+def test_the_random_walk_never_revisits_a_tile():
+    # Corridor (1,1)..(1,3), player at (1,1), always taking the last option and always going on:
+    # (1,2), then (1,3) (back to (1,1) is visited), then no unvisited neighbour: it stops at (1,3).
+    # Pins a walk that may step back (it would end on (1,2)).
+    walls = np.ones((3, 5), dtype=bool)
+    walls[1, 1:4] = False
+    env = SokobanEnv()
+    env.np_random = _Scripted(0.0)
+    assert env._random_walk(walls, frozenset(), (1, 1), displacement=2) == (1, 3)
+    env.np_random = _Scripted(0.9)  # 0.9 > MOVE_PROB: the player stays put
+    assert env._random_walk(walls, frozenset(), (1, 1), displacement=2) == (1, 1)
+
+
+def test_the_room_walk_may_start_on_the_border():
+    # gym-sokoban draws the walk's start in 1..rows-1 (the bottom/right border included), then clamps.
+    # Scripted: start (5, 5), direction Left, never turning, mask 4 = (0,0),(0,1),(1,0). One step:
+    # (5,5) -> clamped (4,4); the mask's (4,5) and (5,4) lie on the border, so only (4,4) is floor.
+    # Pins a start drawn inside the border (it would carve (4,3) and (4,4)).
+    env = SokobanEnv(num_gen_steps=1)
+    env.np_random = _Scripted(0.9)
+    walls = env._carve_room()
+    assert [tuple(int(x) for x in p) for p in np.argwhere(~walls)] == [(4, 4)]
+
+
+def test_reverse_search_scores_box_swaps_times_distance():
+    # Two boxes on targets (1,1) and (1,4), player at (2,3), room:
+    #   ######
+    #   #____#
+    #   ##___#
+    #   ###__#
+    #   ######
+    # The depth-first search reaches boxes (1,3),(2,3) (distance 2 + 2 = 4) with 2 box swaps: score 8,
+    # and later boxes (1,2),(2,3) (distance 1 + 2 = 3) with 3 swaps: score 9, the level. Pins a score
+    # without the swaps, and one that counts every pull as a swap (both pick the distance-4 state).
+    walls = np.ones((5, 6), dtype=bool)
+    for r, c in ((1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (2, 3), (2, 4), (3, 3), (3, 4)):
+        walls[r, c] = False
+    assert _reverse_search(walls, ((1, 1), (1, 4)), (2, 3), 300) == ((2, 2), ((1, 2), (2, 3)), 3)
+
+
+def test_reverse_search_scores_zero_while_the_player_covers_a_target():
+    # Boxes on (3,1) and (1,1) (a dead end above (2,1)), player at (2,1), room:
+    #   #####
+    #   #_###
+    #   #___#
+    #   #___#
+    #   #####
+    # The one state with both boxes off their targets, boxes (3,2),(2,1), has the player on the target
+    # (3,1): it scores 0, so no level. Pins a score that ignores the player on a target.
+    walls = np.ones((5, 5), dtype=bool)
+    for r, c in ((1, 1), (2, 1), (2, 2), (2, 3), (3, 1), (3, 2), (3, 3)):
+        walls[r, c] = False
+    assert _reverse_search(walls, ((3, 1), (1, 1)), (2, 1), 300) is None
+
+
+def test_the_expert_drops_a_cached_plan_the_state_left():
+    env = SokobanEnv.from_text("######\n#P_XO#\n#____#\n######")
+    assert env.expert_action() == "Right"  # caches the plan Right, Right
+    env.step("Right")
+    env.step("Down")  # off the plan: from (2,2) the one shortest solution is Up, Right
+    # Pins a stale plan reused: its "Right" would walk under the box, two moves longer.
+    assert env.expert_action() == "Up"
+    assert play_expert(env)[1]
+
+
+def test_reset_starts_the_step_count_again():
+    # An env reused across episodes: the steps of the last one must not truncate the next one early.
+    env = SokobanEnv(max_steps=2)
+    env.reset(seed=0)
+    env.step("Up")
+    assert env.step("Up")[3]  # truncated after 2 steps
+    env.reset(seed=0)
+    assert env.steps == 0
+    _, _, term, trunc, _ = env.step("Up")
+    assert not term and not trunc
+
+
+def test_num_boxes_bound_is_a_third_of_the_inner_room():
+    # A 6x6 room has 4x4 = 16 inner tiles: at most 16 // 3 = 5 boxes.
+    assert SokobanEnv(num_boxes=5).num_boxes == 5
+    with pytest.raises(ValueError, match="between 1 and 5 for a 6x6 room, got 6"):
+        SokobanEnv(num_boxes=6)

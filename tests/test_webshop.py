@@ -248,3 +248,59 @@ def test_random_action_is_always_valid_and_varied():
             _, _, term, trunc, _ = env.step(a)  # raises on an invalid action
             done = term or trunc
     assert verbs == {"search", "click", "buy"}
+
+
+# --- caps, catalogue ends, shaping and the prompt ----------------------------------------------
+def test_the_cap_margin_takes_every_ten_dollar_step_up_to_the_maximum():
+    # max_cap_margin=30: the cap is the price rounded up to $10 plus 0, 10, 20 or 30 (pins a range
+    # that never draws the top step).
+    margins = set()
+    for seed in range(200):
+        env = shop(seed)
+        target = find(env)
+        margins.add(env.goal["cap"] - -(-target["price"] // 10) * 10)
+    assert margins == {0, 10, 20, 30}
+
+
+def test_catalogue_prices_include_both_ends():
+    # Prices are uniform on [price_min, price_max], both ends included (pins an excluded price_max:
+    # 96 draws from {1, 2} miss 2 with probability 2**-96).
+    assert {p["price"] for p in catalogue(0, price_min=1, price_max=2)} == {1, 2}
+
+
+def test_an_over_long_action_is_rejected():
+    # MAX_ACTION_CHARS = 200 bounds the whole piece, white space included.
+    env = shop(0)
+    assert env.parse_action("search:red" + " " * 200 + "shoe") is None
+    assert env.parse_action("search:red" + " " * 150 + "shoe") == "search:red shoe"
+
+
+def test_search_progress_needs_the_target_itself_in_the_results():
+    # Goal: red shoe, large, any price (cap 1000). "red shoe small" lists p24 (red small shoe: colour,
+    # category and price match, 3 of 4) first, then the 2-hit products by id: p00, p12, p25, p26. The
+    # target p30 is not shown, so no progress (pins progress on a near-match).
+    env = shop(0, progress_reward=0.4, no_progress_reward=0.1)
+    env.goal = {"colour": "red", "size": "large", "category": "shoe", "cap": 1000}
+    _, r, _, _, info = env.step("search:red shoe small")
+    assert [p["id"] for p in env.shown] == ["p24", "p00", "p12", "p25", "p26"]
+    assert not info["progress"] and r == 0.1
+    # "red shoe" lists the four red shoes by id, the target p30 among them: progress.
+    _, r, _, _, info = env.step("search:red shoe")
+    assert [p["id"] for p in env.shown][:4] == ["p24", "p27", "p30", "p33"] and info["progress"] and r == 0.4
+    # The expert clicks the target, not the first near-match listed (pins `>= 3` in _best_shown).
+    assert env.expert_action() == "click:p30"
+
+
+def test_reset_forgets_the_clicks_of_the_last_episode():
+    # A reused env pays the first click of each episode again (pins `clicked` kept across resets).
+    env = shop(2, progress_reward=0.4)
+    pid = find(env)["id"]
+    assert env.step(f"click:{pid}")[1] == 0.4
+    env.reset(seed=2)
+    assert env.step(f"click:{pid}")[1] == 0.4
+
+
+def test_the_prompt_states_top_k():
+    env = WebShopEnv(top_k=3)
+    assert "top 3 matching" in env.instructions and "top 5" not in env.instructions
+    assert "top 3 matching" in env.action_help

@@ -185,7 +185,8 @@ class WebShopEnv(TextEnv):
         else:
             n = self._matches(self.by_id[arg])
             success = n == 4
-            # round(): 0.5 + 0.1 * 3 is 0.8000000000000002 in floats, just outside the tier.
+            # round(): a guard for other tiers (0.1 * 3 is 0.30000000000000004; 0.5 + it happens to
+            # round back to 0.8, as do n = 0..3 here), so a reward is the tier's decimal as printed
             reward = 1.0 if success else round(0.5 + 0.1 * n, 10)
             terminated, self.page = True, f"bought:{arg}"
         truncated = not terminated and self.steps >= self.max_steps
